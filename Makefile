@@ -1,0 +1,52 @@
+# Berth — build, generate and test. `make test` is the one test command; .ci/run calls it.
+SHELL := /bin/bash
+GO ?= go
+CONTROLLER_GEN := $(GO) tool controller-gen
+# Generated files: make test fails when these differ from what the generators produce.
+GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manifests/crds -name '*.yaml')
+TEST_TIMEOUT ?= 60m
+
+.PHONY: all build generate manifests verify-generated vet test test-unit test-integration clean
+
+all: build
+
+build:
+	$(GO) build ./...
+
+## generate: deepcopy functions for the API types
+generate:
+	$(CONTROLLER_GEN) object paths=./pkg/apis/...
+
+## manifests: CRDs from the kubebuilder markers, plus Volcano's PodGroup and HyperNode CRDs
+## generated from volcano.sh/apis (the same module our code uses) for the test control plane.
+manifests:
+	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:dir=manifests/crds
+	$(GO) run ./hack/crdtrim manifests/crds/workload.serving.volcano.sh_modelservings.yaml
+	rm -rf manifests/crds/volcano
+	$(CONTROLLER_GEN) crd paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 paths=volcano.sh/apis/pkg/apis/topology/v1alpha1 output:crd:dir=manifests/crds/volcano
+	rm -f manifests/crds/volcano/scheduling.volcano.sh_queues.yaml
+
+## verify-generated: fail when a generated file is stale (regenerates, then compares checksums)
+verify-generated:
+	@before=$$(sha256sum $(GENERATED) | sort); \
+	$(MAKE) --no-print-directory -s generate manifests >/dev/null; \
+	after=$$(sha256sum $$(find pkg/apis -name 'zz_generated.*.go') $$(find manifests/crds -name '*.yaml') | sort); \
+	if [ "$$before" != "$$after" ]; then \
+	  echo "generated files are stale; run 'make generate manifests' and commit the result:"; \
+	  diff <(echo "$$before") <(echo "$$after") | awk '/^[<>]/ {print "  " $$3}' | sort -u; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+test-unit:
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
+
+test-integration:
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/integration/...
+
+## test: everything CI runs
+test: verify-generated vet
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,152 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AutoscalingPolicyBindingSpec defines the desired state of AutoscalingPolicyBinding.
+//
+// A binding either scales one target on its metrics or optimizes several targets together;
+// with neither it would do nothing and with both its meaning would be ambiguous.
+// +kubebuilder:validation:XValidation:rule="has(self.optimizerConfiguration) != has(self.scalingConfiguration)",message="set exactly one of optimizerConfiguration and scalingConfiguration"
+type AutoscalingPolicyBindingSpec struct {
+	// PolicyRef references the autoscaling policy to be optimized scaling base on multiple targets.
+	PolicyRef corev1.LocalObjectReference `json:"policyRef"`
+
+	// It dynamically adjusts replicas across different ModelServing objects based on overall computing power requirements - referred to as "optimize" behavior in the code.
+	// For example, with ModelServings on heterogeneous hardware (e.g., H100/A100), the optimizer adjusts
+	// the deployment ratio of H100/A100 instances based on real-time computing power demands.
+	// +optional
+	OptimizerConfiguration *OptimizerConfiguration `json:"optimizerConfiguration,omitempty"`
+
+	// Adjust the number of related instances based on specified monitoring metrics and their target values.
+	// +optional
+	ScalingConfiguration *ScalingConfiguration `json:"scalingConfiguration,omitempty"`
+}
+
+// OptimizerConfiguration spreads one demand over several targets by cost.
+type OptimizerConfiguration struct {
+	// Parameters of multiple Model Serving Groups to be optimized.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=atomic
+	Params []OptimizerParam `json:"params"`
+
+	// CostExpansionRatePercent is the percentage rate at which the cost expands.
+	// +optional
+	// +kubebuilder:default=200
+	// +kubebuilder:validation:Minimum=0
+	CostExpansionRatePercent *int32 `json:"costExpansionRatePercent,omitempty"`
+}
+
+// OptimizerParam is one target of the optimizer with its cost and bounds.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas cannot exceed maxReplicas",fieldPath=".minReplicas"
+type OptimizerParam struct {
+	// The scaling instance configuration
+	Target Target `json:"target"`
+
+	// Cost is the cost associated with running this backend.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Cost int32 `json:"cost,omitempty"`
+
+	// MinReplicas is the minimum number of replicas for the backend.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
+	// MaxReplicas is the maximum number of replicas for the backend.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	MaxReplicas int32 `json:"maxReplicas"`
+}
+
+// ScalingConfiguration scales one target on its metrics.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas cannot exceed maxReplicas",fieldPath=".minReplicas"
+type ScalingConfiguration struct {
+	// Target represents the objects be monitored and scaled.
+	Target Target `json:"target"`
+
+	// MinReplicas is the minimum number of replicas.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
+	// MaxReplicas is the maximum number of replicas.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	MaxReplicas int32 `json:"maxReplicas"`
+}
+
+// Target names the object that is watched and scaled, and where its metrics are read.
+type Target struct {
+	// TargetRef references the target object.
+	TargetRef corev1.ObjectReference `json:"targetRef"`
+
+	// AdditionalMatchLabels is the additional labels to match the target object.
+	// +optional
+	AdditionalMatchLabels map[string]string `json:"additionalMatchLabels,omitempty"`
+
+	// MetricEndpoint is the metric source. It defaults to an empty object so that the
+	// endpoint defaults (/metrics on port 8100) are applied.
+	// +optional
+	// +kubebuilder:default={}
+	MetricEndpoint *MetricEndpoint `json:"metricEndpoint,omitempty"`
+}
+
+// MetricEndpoint is where the pods of a target expose their metrics.
+type MetricEndpoint struct {
+	// The metric uri, e.g. /metrics
+	// +optional
+	// +kubebuilder:default="/metrics"
+	URI string `json:"uri,omitempty"`
+
+	// The port of pods exposing metric endpoints
+	// +optional
+	// +kubebuilder:default=8100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+}
+
+// AutoscalingPolicyBindingStatus defines the status of a autoscaling policy binding.
+type AutoscalingPolicyBindingStatus struct {
+	// ObservedGeneration is the most recent generation the autoscaler acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions explain the autoscaler's last decision for this binding.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// AutoscalingPolicyBinding is the Schema for the autoscalingpolicybindings API.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=aspb
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policyRef.name`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.scalingConfiguration.target.targetRef.name`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type AutoscalingPolicyBinding struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   AutoscalingPolicyBindingSpec   `json:"spec,omitempty"`
+	Status AutoscalingPolicyBindingStatus `json:"status,omitempty"`
+}
+
+// AutoscalingPolicyBindingList contains a list of AutoscalingPolicyBinding.
+//
+// +kubebuilder:object:root=true
+type AutoscalingPolicyBindingList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AutoscalingPolicyBinding `json:"items"`
+}

@@ -1,0 +1,261 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+)
+
+// ModelBoosterSpec defines the desired state of ModelBooster.
+type ModelBoosterSpec struct {
+	// Name is the name of the model. ModelBooster CR name is restricted by kubernetes, for example, can't contain uppercase letters.
+	// So we use this field to specify the ModelBooster name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name,omitempty"`
+
+	// Owner is the owner of the model.
+	// +optional
+	Owner string `json:"owner,omitempty"`
+
+	// Backends is the list of model backends associated with this model. A ModelBooster CR at lease has one ModelBackend.
+	// ModelBackend is the minimum unit of inference instance. It can be vLLM, SGLang, MindIE or other types.
+	// Backend names are unique: the list is keyed by name, so the apiserver itself rejects a
+	// duplicate (a CEL rule over an unbounded list would not pass the cost budget).
+	// +kubebuilder:validation:MinItems=1
+	// +listType=map
+	// +listMapKey=name
+	Backends []ModelBackend `json:"backends"`
+
+	// AutoscalingPolicy references the autoscaling policy to be used for this model.
+	// +optional
+	AutoscalingPolicy *AutoscalingPolicySpec `json:"autoscalingPolicy,omitempty"`
+
+	// CostExpansionRatePercent is the percentage rate at which the cost expands.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	CostExpansionRatePercent *int32 `json:"costExpansionRatePercent,omitempty"`
+
+	// ModelMatch defines the predicate used to match LLM inference requests to a given
+	// TargetModels. Multiple match conditions are ANDed together, i.e. the match will
+	// evaluate to true only if all conditions are satisfied.
+	// +optional
+	ModelMatch *networkingv1alpha1.ModelMatch `json:"modelMatch,omitempty"`
+}
+
+// ModelBackendType defines the type of model backend.
+// +kubebuilder:validation:Enum=vLLM;vLLMDisaggregated;SGLang;MindIE;MindIEDisaggregated
+type ModelBackendType string
+
+const (
+	// ModelBackendTypeVLLM represents a vLLM backend.
+	ModelBackendTypeVLLM ModelBackendType = "vLLM"
+	// ModelBackendTypeVLLMDisaggregated represents a disaggregated vLLM backend.
+	ModelBackendTypeVLLMDisaggregated ModelBackendType = "vLLMDisaggregated"
+	// ModelBackendTypeSGLang represents an SGLang backend.
+	ModelBackendTypeSGLang ModelBackendType = "SGLang"
+	// ModelBackendTypeMindIE represents a MindIE backend.
+	ModelBackendTypeMindIE ModelBackendType = "MindIE"
+	// ModelBackendTypeMindIEDisaggregated represents a disaggregated MindIE backend.
+	ModelBackendTypeMindIEDisaggregated ModelBackendType = "MindIEDisaggregated"
+)
+
+// ModelBackend defines the configuration for a model backend.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas cannot exceed maxReplicas",fieldPath=".minReplicas"
+type ModelBackend struct {
+	// Name is the name of the backend. Can't duplicate with other ModelBackend name in the same ModelBooster CR.
+	// Note: update name will cause the old modelInfer deletion and a new modelInfer creation.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Type is the type of the backend.
+	Type ModelBackendType `json:"type"`
+
+	// ModelURI is the URI where you download the model. Support hf://, s3://, pvc://.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(hf://|s3://|pvc://).+`
+	ModelURI string `json:"modelURI,omitempty"`
+
+	// CacheURI is the URI where the downloaded model stored. Support hostpath://, pvc://.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(hostpath://|pvc://).+`
+	CacheURI string `json:"cacheURI,omitempty"`
+
+	// List of sources to populate environment variables in the container.
+	// +optional
+	// +listType=atomic
+	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
+
+	// List of environment variables to set in the container.
+	// Supported names: ENDPOINT, RUNTIME_URL, RUNTIME_PORT, RUNTIME_METRICS_PATH, HF_ENDPOINT.
+	// +optional
+	// +listType=atomic
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// MinReplicas is the minimum number of replicas for the backend.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
+	// MaxReplicas is the maximum number of replicas for the backend.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
+
+	// ScalingCost is the cost associated with running this backend.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ScalingCost int32 `json:"scalingCost,omitempty"`
+
+	// RouteWeight is used to specify the percentage of traffic should be sent to the target backend.
+	// It's used to create model route.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	RouteWeight *int32 `json:"routeWeight,omitempty"`
+
+	// ScaleToZeroGracePeriod is the duration to wait before scaling to zero.
+	// +optional
+	ScaleToZeroGracePeriod *metav1.Duration `json:"scaleToZeroGracePeriod,omitempty"`
+
+	// Workers is the list of workers associated with this backend.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=1000
+	// +listType=atomic
+	Workers []ModelWorker `json:"workers"`
+
+	// LoraAdapter is a list of LoRA adapters.
+	// +optional
+	// +listType=atomic
+	LoraAdapters []LoraAdapter `json:"loraAdapters,omitempty"`
+
+	// AutoscalingPolicyRef references the autoscaling policy for this backend.
+	// +optional
+	AutoscalingPolicy *AutoscalingPolicySpec `json:"autoscalingPolicy,omitempty"`
+}
+
+// ModelWorkerType defines the type of model worker.
+// +kubebuilder:validation:Enum=server;prefill;decode;controller;coordinator
+type ModelWorkerType string
+
+const (
+	// ModelWorkerTypeServer represents a server worker.
+	ModelWorkerTypeServer ModelWorkerType = "server"
+	// ModelWorkerTypePrefill represents a prefill worker.
+	ModelWorkerTypePrefill ModelWorkerType = "prefill"
+	// ModelWorkerTypeDecode represents a decode worker.
+	ModelWorkerTypeDecode ModelWorkerType = "decode"
+	// ModelWorkerTypeController represents a controller worker.
+	ModelWorkerTypeController ModelWorkerType = "controller"
+	// ModelWorkerTypeCoordinator represents a coordinator worker.
+	ModelWorkerTypeCoordinator ModelWorkerType = "coordinator"
+)
+
+// ModelWorker defines the model worker configuration.
+type ModelWorker struct {
+	// Type is the type of the model worker.
+	// +optional
+	// +kubebuilder:default=server
+	Type ModelWorkerType `json:"type,omitempty"`
+
+	// Image is the container image for the worker.
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Replicas is the number of replicas for the worker.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// Pods is the number of pods for the worker.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	Pods int32 `json:"pods,omitempty"`
+
+	// Resources specifies the resource requirements for the worker.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Affinity specifies the affinity rules for scheduling the worker pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// Config contains worker-specific configuration in JSON format.
+	// You can find vLLM config here https://docs.vllm.ai/en/stable/configuration/engine_args.html
+	// +optional
+	Config *apiextensionsv1.JSON `json:"config,omitempty"`
+}
+
+// LoraAdapter defines a LoRA (Low-Rank Adaptation) adapter configuration.
+type LoraAdapter struct {
+	// Name is the name of the LoRA adapter.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// ArtifactURL is the URL where the LoRA adapter artifact is stored.
+	// +kubebuilder:validation:Pattern=`^(hf://|s3://|pvc://).+`
+	ArtifactURL string `json:"artifactURL"`
+}
+
+// ModelStatus defines the observed state of ModelBooster.
+type ModelStatus struct {
+	// Conditions represents the latest available observations of the model's state.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// BackendStatuses contains the status of each backend.
+	// +optional
+	// +listType=atomic
+	BackendStatuses []ModelBackendStatus `json:"backendStatuses,omitempty"`
+
+	// ObservedGeneration track of generation
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// ModelBackendStatus defines the status of a model backend.
+type ModelBackendStatus struct {
+	// Name is the name of the backend.
+	Name string `json:"name"`
+
+	// Replicas is the number of replicas currently running for the backend.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+}
+
+// ModelBooster is the Schema for the models API.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=mb
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.name`
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ModelBooster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ModelBoosterSpec `json:"spec,omitempty"`
+	Status ModelStatus      `json:"status,omitempty"`
+}
+
+// ModelBoosterList contains a list of ModelBooster.
+//
+// +kubebuilder:object:root=true
+type ModelBoosterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ModelBooster `json:"items"`
+}

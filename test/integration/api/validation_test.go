@@ -1,0 +1,277 @@
+package api
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Minimal valid objects; each bad case below patches one of them with a single mistake.
+const (
+	validModelServing = `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata: {name: bad}
+spec:
+  template:
+    roles:
+    - name: prefill
+      replicas: 1
+      entryTemplate: {spec: {containers: [{name: vllm, image: vllm}]}}
+    - name: decode
+      replicas: 2
+      entryTemplate: {spec: {containers: [{name: vllm, image: vllm}]}}
+`
+	validModelBooster = `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelBooster
+metadata: {name: bad}
+spec:
+  backends:
+  - name: main
+    type: vLLM
+    modelURI: hf://Qwen/Qwen3-8B
+    workers: [{image: vllm}]
+`
+	validPolicy = `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: bad}
+spec:
+  metrics: [{metricName: waiting, targetValue: "10"}]
+`
+	validBinding = `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicyBinding
+metadata: {name: bad}
+spec:
+  policyRef: {name: p}
+  scalingConfiguration:
+    target: {targetRef: {kind: ModelServing, name: m}}
+    maxReplicas: 3
+`
+	validRoute = `
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: bad}
+spec:
+  modelName: qwen
+  rules:
+  - modelMatch: {uri: {prefix: /v1}}
+    targetModels: [{modelServerName: qwen}]
+`
+	validServer = `
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelServer
+metadata: {name: bad}
+spec:
+  inferenceEngine: vLLM
+  workloadSelector: {matchLabels: {app: qwen}}
+  workloadPort: {port: 8000}
+`
+)
+
+type badInput struct {
+	name  string
+	base  string
+	patch func(obj map[string]any) // the one mistake
+	field string                   // the field path the apiserver must name
+	words string                   // a fragment of the message that explains the mistake
+}
+
+func TestValidationRejectsBadInput(t *testing.T) {
+	roles := func(o map[string]any) []any { return dig(o, "spec", "template")["roles"].([]any) }
+	role := func(o map[string]any, i int) map[string]any { return roles(o)[i].(map[string]any) }
+	backend := func(o map[string]any) map[string]any { return dig(o, "spec")["backends"].([]any)[0].(map[string]any) }
+	rule := func(o map[string]any) map[string]any { return dig(o, "spec")["rules"].([]any)[0].(map[string]any) }
+
+	cases := []badInput{
+		// ModelServing
+		{"unknown recovery policy", validModelServing, func(o map[string]any) { dig(o, "spec")["recoveryPolicy"] = "Restart" },
+			"spec.recoveryPolicy", `supported values: "ServingGroupRecreate", "RoleRecreate", "None"`},
+		{"unknown rollout type", validModelServing, func(o map[string]any) { dig(o, "spec", "rolloutStrategy")["type"] = "Recreate" },
+			"spec.rolloutStrategy.type", "ServingGroupRollingUpdate"},
+		{"negative replicas", validModelServing, func(o map[string]any) { dig(o, "spec")["replicas"] = -1 },
+			"spec.replicas", "greater than or equal to 0"},
+		{"no roles", validModelServing, func(o map[string]any) { dig(o, "spec", "template")["roles"] = []any{} },
+			"spec.template.roles", "should have at least 1 items"},
+		{"five roles", validModelServing, func(o map[string]any) {
+			r := roles(o)
+			dig(o, "spec", "template")["roles"] = append(r, copyRole(r[0], "a"), copyRole(r[0], "b"), copyRole(r[0], "c"))
+		}, "spec.template.roles", "must have at most 4 items"},
+		{"role name too long", validModelServing, func(o map[string]any) { role(o, 0)["name"] = "prefill-stage" },
+			"spec.template.roles[0].name", "may not be more than 12"},
+		{"role name with underscore", validModelServing, func(o map[string]any) { role(o, 0)["name"] = "pre_fill" },
+			"spec.template.roles[0].name", "should match"},
+		{"duplicate role names", validModelServing, func(o map[string]any) { role(o, 1)["name"] = "prefill" },
+			"spec.template.roles", "role names must be unique"},
+		{"missing entry template", validModelServing, func(o map[string]any) { delete(role(o, 0), "entryTemplate") },
+			"spec.template.roles[0].entryTemplate", "Required value"},
+		{"workers without a worker template", validModelServing, func(o map[string]any) { role(o, 0)["workerReplicas"] = 2 },
+			"spec.template.roles[0].workerTemplate", "workerTemplate is required"},
+		{"maxUnavailable and maxSurge both 0", validModelServing, func(o map[string]any) {
+			dig(o, "spec", "rolloutStrategy", "rollingUpdateConfiguration")["maxUnavailable"] = 0
+		}, "spec.rolloutStrategy.rollingUpdateConfiguration.maxUnavailable", "cannot both be 0"},
+		{"both 0 written as percentages", validModelServing, func(o map[string]any) {
+			ru := dig(o, "spec", "rolloutStrategy", "rollingUpdateConfiguration")
+			ru["maxUnavailable"], ru["maxSurge"] = "0%", "0%"
+		}, "spec.rolloutStrategy.rollingUpdateConfiguration.maxUnavailable", "cannot both be 0"},
+		{"maxSurge not a percentage", validModelServing, func(o map[string]any) {
+			dig(o, "spec", "rolloutStrategy", "rollingUpdateConfiguration")["maxSurge"] = "half"
+		}, "spec.rolloutStrategy.rollingUpdateConfiguration.maxSurge", "percentage"},
+		{"minRoleReplicas names no role", validModelServing, func(o map[string]any) {
+			dig(o, "spec", "template", "gangPolicy")["minRoleReplicas"] = map[string]any{"decoder": 1}
+		}, "spec.template.gangPolicy.minRoleReplicas", "must name a role"},
+		{"minRoleReplicas above role replicas", validModelServing, func(o map[string]any) {
+			dig(o, "spec", "template", "gangPolicy")["minRoleReplicas"] = map[string]any{"decode": 3}
+		}, "spec.template.gangPolicy.minRoleReplicas", "cannot exceed the replicas of its role"},
+		{"both highest tier fields", validModelServing, func(o map[string]any) {
+			dig(o, "spec", "template")["networkTopology"] = map[string]any{"highestTierAllowed": 1, "highestTierName": "spine"}
+		}, "spec.template.networkTopology", "mutually exclusive"},
+		{"unknown topology mode", validModelServing, func(o map[string]any) {
+			dig(o, "spec", "template")["networkTopology"] = map[string]any{"mode": "strict"}
+		}, "spec.template.networkTopology.mode", `supported values: "hard", "soft"`},
+		{"unknown whenUnsatisfiable", validModelServing, func(o map[string]any) {
+			dig(o, "spec")["topologySpreadConstraints"] = []any{map[string]any{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "Maybe"}}
+		}, "spec.topologySpreadConstraints[0].whenUnsatisfiable", "DoNotSchedule"},
+
+		// ModelBooster
+		{"duplicate backend names", validModelBooster, func(o map[string]any) {
+			b := dig(o, "spec")["backends"].([]any)
+			dig(o, "spec")["backends"] = append(b, b[0])
+		}, "spec.backends[1]", "Duplicate value"},
+		{"no backends", validModelBooster, func(o map[string]any) { dig(o, "spec")["backends"] = []any{} },
+			"spec.backends", "should have at least 1 items"},
+		{"unknown backend type", validModelBooster, func(o map[string]any) { backend(o)["type"] = "TensorRT" },
+			"spec.backends[0].type", "SGLang"},
+		{"model URI over http", validModelBooster, func(o map[string]any) { backend(o)["modelURI"] = "https://hf.co/Qwen" },
+			"spec.backends[0].modelURI", "should match"},
+		{"cache URI on s3", validModelBooster, func(o map[string]any) { backend(o)["cacheURI"] = "s3://bucket" },
+			"spec.backends[0].cacheURI", "should match"},
+		{"route weight above 100", validModelBooster, func(o map[string]any) { backend(o)["routeWeight"] = 101 },
+			"spec.backends[0].routeWeight", "less than or equal to 100"},
+		{"backend without workers", validModelBooster, func(o map[string]any) { backend(o)["workers"] = []any{} },
+			"spec.backends[0].workers", "should have at least 1 items"},
+		{"unknown worker type", validModelBooster, func(o map[string]any) {
+			backend(o)["workers"].([]any)[0].(map[string]any)["type"] = "gpu"
+		}, "spec.backends[0].workers[0].type", "coordinator"},
+		{"model name with capitals", validModelBooster, func(o map[string]any) { dig(o, "spec")["name"] = "Qwen3" },
+			"spec.name", "should match"},
+		{"LoRA artifact over ftp", validModelBooster, func(o map[string]any) {
+			backend(o)["loraAdapters"] = []any{map[string]any{"name": "sql", "artifactURL": "ftp://x"}}
+		}, "spec.backends[0].loraAdapters[0].artifactURL", "should match"},
+		{"backend minReplicas above maxReplicas", validModelBooster, func(o map[string]any) {
+			backend(o)["minReplicas"], backend(o)["maxReplicas"] = 5, 2
+		}, "spec.backends[0].minReplicas", "cannot exceed maxReplicas"},
+
+		// AutoscalingPolicy and its binding
+		{"tolerance above 100", validPolicy, func(o map[string]any) { dig(o, "spec")["tolerancePercent"] = 150 },
+			"spec.tolerancePercent", "less than or equal to 100"},
+		{"no metrics", validPolicy, func(o map[string]any) { dig(o, "spec")["metrics"] = []any{} },
+			"spec.metrics", "should have at least 1 items"},
+		{"panic threshold below 110", validPolicy, func(o map[string]any) {
+			dig(o, "spec", "behavior", "scaleUp", "panicPolicy")["panicThresholdPercent"] = 100
+		}, "spec.behavior.scaleUp.panicPolicy.panicThresholdPercent", "greater than or equal to 110"},
+		{"unknown select policy", validPolicy, func(o map[string]any) { dig(o, "spec", "behavior", "scaleDown")["selectPolicy"] = "Xor" },
+			"spec.behavior.scaleDown.selectPolicy", `supported values: "Or", "And"`},
+		{"binding with neither configuration", validBinding, func(o map[string]any) { delete(dig(o, "spec"), "scalingConfiguration") },
+			"spec", "set exactly one of optimizerConfiguration and scalingConfiguration"},
+		{"binding maxReplicas 0", validBinding, func(o map[string]any) { dig(o, "spec", "scalingConfiguration")["maxReplicas"] = 0 },
+			"spec.scalingConfiguration.maxReplicas", "greater than or equal to 1"},
+		{"optimizer without params", validBinding, func(o map[string]any) {
+			delete(dig(o, "spec"), "scalingConfiguration")
+			dig(o, "spec", "optimizerConfiguration")["params"] = []any{}
+		}, "spec.optimizerConfiguration.params", "should have at least 1 items"},
+
+		// ModelRoute
+		{"route without model name or adapters", validRoute, func(o map[string]any) { delete(dig(o, "spec"), "modelName") },
+			"spec.modelName", "modelName and loraAdapters cannot both be empty"},
+		{"string match with two operators", validRoute, func(o map[string]any) {
+			dig(rule(o), "modelMatch", "uri")["exact"] = "/v1/chat/completions"
+		}, "spec.rules[0].modelMatch.uri", "exactly one of exact, prefix or regex"},
+		{"empty header match", validRoute, func(o map[string]any) {
+			dig(rule(o), "modelMatch")["headers"] = map[string]any{"x-canary": map[string]any{}}
+		}, "spec.rules[0].modelMatch.headers[x-canary]", "exactly one of exact, prefix or regex"},
+		{"target weight above 100", validRoute, func(o map[string]any) {
+			rule(o)["targetModels"].([]any)[0].(map[string]any)["weight"] = 120
+		}, "spec.rules[0].targetModels[0].weight", "less than or equal to 100"},
+		{"eleven LoRA adapters", validRoute, func(o map[string]any) {
+			dig(o, "spec")["loraAdapters"] = []any{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"}
+		}, "spec.loraAdapters", "must have at most 10 items"},
+		{"unknown rate-limit unit", validRoute, func(o map[string]any) { dig(o, "spec", "rateLimit")["unit"] = "week" },
+			"spec.rateLimit.unit", `"second", "minute", "hour", "day", "month"`},
+		{"zero input tokens per unit", validRoute, func(o map[string]any) { dig(o, "spec", "rateLimit")["inputTokensPerUnit"] = 0 },
+			"spec.rateLimit.inputTokensPerUnit", "greater than or equal to 1"},
+		{"redis without address", validRoute, func(o map[string]any) { dig(o, "spec", "rateLimit", "global")["redis"] = map[string]any{} },
+			"spec.rateLimit.global.redis.address", "Required value"},
+
+		// ModelServer
+		{"unknown inference engine", validServer, func(o map[string]any) { dig(o, "spec")["inferenceEngine"] = "TGI" },
+			"spec.inferenceEngine", `supported values: "vLLM", "SGLang"`},
+		{"no workload selector", validServer, func(o map[string]any) { delete(dig(o, "spec"), "workloadSelector") },
+			"spec.workloadSelector", "Required value"},
+		{"port out of range", validServer, func(o map[string]any) { dig(o, "spec", "workloadPort")["port"] = 70000 },
+			"spec.workloadPort.port", "less than or equal to 65535"},
+		{"grpc protocol", validServer, func(o map[string]any) { dig(o, "spec", "workloadPort")["protocol"] = "grpc" },
+			"spec.workloadPort.protocol", `supported values: "http", "https"`},
+		{"unknown KV connector", validServer, func(o map[string]any) { dig(o, "spec", "kvConnector")["type"] = "rdma" },
+			"spec.kvConnector.type", "mooncake"},
+		{"model name too long", validServer, func(o map[string]any) { dig(o, "spec")["model"] = strings.Repeat("m", 257) },
+			"spec.model", "may not be more than 256"},
+	}
+	require.GreaterOrEqual(t, len(cases), 25)
+
+	c := newClient(t)
+	ns := newNamespace(t, c)
+	ctx := context.Background()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := decodeYAML(t, tc.base)
+			obj := objs[0]
+			obj.SetNamespace(ns)
+			// The base must be valid, or the case would prove nothing: check with a dry run.
+			require.NoError(t, c.Create(ctx, obj.DeepCopy(), dryRunAll), "the unmodified base must be accepted")
+
+			tc.patch(obj.Object)
+			err := c.Create(ctx, obj)
+			require.Error(t, err, "the apiserver accepted a bad %s", obj.GetKind())
+			assert.True(t, apierrors.IsInvalid(err), "want an Invalid error, got %v", err)
+			assert.Contains(t, err.Error(), tc.field, "the error must name the field")
+			assert.Contains(t, err.Error(), tc.words, "the error must explain the mistake")
+			t.Logf("rejected as a user sees it: %v", err)
+
+			// Rejected input changes nothing: the object does not exist afterwards.
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(obj.GroupVersionKind())
+			assert.True(t, apierrors.IsNotFound(c.Get(ctx, keyOf(obj), got)), "a rejected object must not be stored")
+		})
+	}
+}
+
+// dig walks (and creates) nested maps so a patch can set a field at any depth.
+func dig(obj map[string]any, path ...string) map[string]any {
+	cur := obj
+	for _, p := range path {
+		next, ok := cur[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			cur[p] = next
+		}
+		cur = next
+	}
+	return cur
+}
+
+func copyRole(r any, name string) map[string]any {
+	out := map[string]any{}
+	for k, v := range r.(map[string]any) {
+		out[k] = v
+	}
+	out["name"] = name
+	return out
+}
