@@ -1,0 +1,252 @@
+package controlplane_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/controlplane/cptest"
+)
+
+var cp *controlplane.ControlPlane
+
+func TestMain(m *testing.M) {
+	// testdata/crds rather than the repository's manifests/crds: this
+	// package tests the mechanism, not our API types.
+	cptest.MainWithOptions(m, &cp, controlplane.Options{CRDDirs: []string{"testdata/crds"}})
+}
+
+func TestStartupTimings(t *testing.T) {
+	tm := cp.StartupTimings()
+	t.Logf("control plane startup: total %v (etcd binary %v, etcd %v, kube-apiserver %v, CRDs %v)",
+		tm.Total.Round(time.Millisecond), tm.EtcdBinary.Round(time.Millisecond), tm.Etcd.Round(time.Millisecond),
+		tm.APIServer.Round(time.Millisecond), tm.CRDs.Round(time.Millisecond))
+}
+
+func TestCoreObjects(t *testing.T) {
+	ctx := t.Context()
+	client := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+
+	ns, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "core-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	_, err = client.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "cm"},
+		Data:       map[string]string{"k": "v"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create configmap: %v", err)
+	}
+	got, err := client.CoreV1().ConfigMaps(ns.Name).Get(ctx, "cm", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get configmap: %v", err)
+	}
+	if got.Data["k"] != "v" {
+		t.Errorf("configmap data = %v, want k=v", got.Data)
+	}
+
+	// No controller-manager creates a "default" ServiceAccount; pods must
+	// still be accepted (ServiceAccount admission is disabled by default).
+	_, err = client.CoreV1().Pods(ns.Name).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+}
+
+func TestCRDFromOptions(t *testing.T) {
+	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
+	gvr := schema.GroupVersionResource{Group: "test.berth.dev", Version: "v1", Resource: "widgets"}
+	createCustomObject(t, dyn, gvr, "Widget", "default", map[string]any{"size": int64(3)})
+}
+
+func TestInstallCRDsFromTempDir(t *testing.T) {
+	dir := t.TempDir()
+	// Multi-document, with an empty and a comment-only document, in a
+	// subdirectory: all must be handled.
+	sub := filepath.Join(dir, "nested")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(sub, "gadgets.yaml"), `
+---
+# only a comment
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.test.berth.dev
+spec:
+  group: test.berth.dev
+  names: {kind: Gadget, listKind: GadgetList, plural: gadgets, singular: gadget}
+  scope: Cluster
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: sprockets.test.berth.dev
+spec:
+  group: test.berth.dev
+  names: {kind: Sprocket, listKind: SprocketList, plural: sprockets}
+  scope: Namespaced
+  versions:
+  - name: v1beta1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`)
+	writeFile(t, filepath.Join(dir, "README.md"), "not a manifest, ignored")
+
+	ctx := t.Context()
+	if err := cp.InstallCRDs(ctx, dir); err != nil {
+		t.Fatalf("InstallCRDs: %v", err)
+	}
+
+	// "Installed" must mean immediately usable through a RESTMapper, which
+	// is how controller-runtime clients resolve kinds.
+	cfg := cp.RESTConfig()
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(cfg)))
+	m, err := mapper.RESTMapping(schema.GroupKind{Group: "test.berth.dev", Kind: "Gadget"}, "v1alpha1")
+	if err != nil {
+		t.Fatalf("RESTMapping for Gadget right after InstallCRDs: %v", err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	createCustomObject(t, dyn, m.Resource, "Gadget", "", map[string]any{"anything": "goes"})
+	createCustomObject(t, dyn, schema.GroupVersionResource{Group: "test.berth.dev", Version: "v1beta1", Resource: "sprockets"},
+		"Sprocket", "default", map[string]any{"teeth": int64(12)})
+
+	// Installing again updates in place.
+	if err := cp.InstallCRDs(ctx, dir); err != nil {
+		t.Fatalf("InstallCRDs again: %v", err)
+	}
+}
+
+func TestInstallCRDsRejectsNonCRD(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "cm.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+	if err := cp.InstallCRDs(t.Context(), dir); err == nil {
+		t.Fatal("InstallCRDs accepted a ConfigMap manifest")
+	}
+}
+
+func TestWriteKubeconfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cp.WriteKubeconfig(path); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := client.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("get default namespace via kubeconfig: %v", err)
+	}
+
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Log("kubectl not on PATH, skipping the kubectl check")
+		return
+	}
+	out, err := exec.CommandContext(t.Context(), kubectl, "--kubeconfig", path, "get", "widgets.test.berth.dev", "-A").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl get widgets: %v\n%s", err, out)
+	}
+}
+
+// TestStop starts a second, private control plane (the shared one must
+// outlive this test) and checks Stop leaves no etcd process or files.
+func TestStop(t *testing.T) {
+	start := time.Now()
+	c, err := controlplane.Start(t.Context(), controlplane.Options{CRDDirs: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("second control plane (warm etcd binary, no CRDs) started in %v: %+v",
+		time.Since(start).Round(time.Millisecond), c.StartupTimings())
+	pid := c.EtcdPID()
+	logPath := c.EtcdLogPath()
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("etcd pid %d not running before Stop: %v", pid, err)
+	}
+
+	start = time.Now()
+	c.Stop()
+	t.Logf("Stop took %v", time.Since(start).Round(time.Millisecond))
+	c.Stop() // idempotent
+
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("etcd pid %d still exists after Stop (kill -0: %v)", pid, err)
+	}
+	if _, err := os.Stat(logPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temp files not removed: stat %s: %v", logPath, err)
+	}
+	client := kubernetes.NewForConfigOrDie(c.RESTConfig())
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err == nil {
+		t.Error("apiserver still answers after Stop")
+	}
+}
+
+func createCustomObject(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionResource, kind, namespace string, spec map[string]any) {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": gvr.GroupVersion().String(),
+		"kind":       kind,
+		"metadata":   map[string]any{"name": "obj1"},
+		"spec":       spec,
+	}}
+	var ri dynamic.ResourceInterface = dyn.Resource(gvr)
+	if namespace != "" {
+		ri = dyn.Resource(gvr).Namespace(namespace)
+	}
+	if _, err := ri.Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create %s: %v", kind, err)
+	}
+	got, err := ri.Get(t.Context(), "obj1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get %s: %v", kind, err)
+	}
+	if got.GetUID() == "" {
+		t.Errorf("%s has no UID", kind)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,222 @@
+package gang
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+)
+
+// Pod annotations (and, for tools that label instead, labels) that tie a pod to its gang.
+const (
+	// GroupNameKey names the pod's Volcano PodGroup (Volcano's own key).
+	GroupNameKey = volcanov1beta1.KubeGroupNameAnnotationKey
+	// TaskSpecKey names the pod's task, for Berth a role replica "<role>-<j>" (Volcano's key).
+	TaskSpecKey = "volcano.sh/task-spec"
+)
+
+// groupNameOf returns the PodGroup a pod belongs to, if any.
+func groupNameOf(pod *corev1.Pod) string {
+	if name := pod.Annotations[GroupNameKey]; name != "" {
+		return name
+	}
+	return pod.Labels[GroupNameKey]
+}
+
+// taskOf returns the task (role replica) a pod belongs to, if any.
+func taskOf(pod *corev1.Pod) string {
+	if t := pod.Annotations[TaskSpecKey]; t != "" {
+		return t
+	}
+	return pod.Labels[TaskSpecKey]
+}
+
+// requirement is what a PodGroup demands before any of its pods may bind. It is derived
+// from the PodGroup alone and holds no framework state, so the rules are unit-testable.
+type requirement struct {
+	minMember int
+	minTask   map[string]int
+	subGroups []subGroupRule
+}
+
+// subGroupRule is one entry of spec.subGroupPolicy: pods matching selector are partitioned
+// by the values of keys into subgroups of size pods each.
+type subGroupRule struct {
+	name         string
+	size         int
+	minSubGroups int
+	selector     labels.Selector
+	keys         []string
+}
+
+func newRequirement(pg *volcanov1beta1.PodGroup) (*requirement, error) {
+	r := &requirement{minMember: int(pg.Spec.MinMember), minTask: map[string]int{}}
+	for task, n := range pg.Spec.MinTaskMember {
+		if n > 0 {
+			r.minTask[task] = int(n)
+		}
+	}
+	for i, sg := range pg.Spec.SubGroupPolicy {
+		rule := subGroupRule{name: sg.Name, size: 1, keys: sg.MatchLabelKeys, selector: labels.Everything()}
+		if rule.name == "" {
+			rule.name = fmt.Sprintf("subGroupPolicy[%d]", i)
+		}
+		if sg.SubGroupSize != nil {
+			rule.size = int(*sg.SubGroupSize)
+		}
+		if sg.MinSubGroups != nil {
+			rule.minSubGroups = int(*sg.MinSubGroups)
+		}
+		if sg.LabelSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(sg.LabelSelector)
+			if err != nil {
+				return nil, fmt.Errorf("%s.labelSelector: %w", rule.name, err)
+			}
+			rule.selector = sel
+		}
+		r.subGroups = append(r.subGroups, rule)
+	}
+	return r, nil
+}
+
+// members returns how many pods the group needs placed together at the least: minMember,
+// or more when the task or subgroup minimums add up to more.
+func (r *requirement) members() int {
+	n := 0
+	for _, m := range r.minTask {
+		n += m
+	}
+	for _, sg := range r.subGroups {
+		if sg.minSubGroups*sg.size > n {
+			n = sg.minSubGroups * sg.size
+		}
+	}
+	return max(n, r.minMember)
+}
+
+// subGroupOf returns the subgroup key of a pod under rule, or "" when the rule does not
+// cover the pod.
+func (sg *subGroupRule) subGroupOf(pod *corev1.Pod) string {
+	if !sg.selector.Matches(labels.Set(pod.Labels)) {
+		return ""
+	}
+	if len(sg.keys) == 0 {
+		return sg.name
+	}
+	var b strings.Builder
+	for _, k := range sg.keys {
+		v, ok := pod.Labels[k]
+		if !ok {
+			return ""
+		}
+		b.WriteString(v)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// verdict says whether a set of pods may be released to bind, and if not, why.
+type verdict struct {
+	ok     bool
+	reason string
+}
+
+// check decides whether placed (bound, held in Permit, or being scheduled) satisfies the
+// group. all is every pod of the group the scheduler knows of, used to tell whether a
+// subgroup could ever complete. The rules:
+//   - at least minMember pods placed;
+//   - every task at least its minTaskMember;
+//   - every subgroup rule at least minSubGroups complete subgroups;
+//   - no subgroup partly placed: a subgroup (a role replica with its workers) that has a
+//     pod placed has all of them placed, so a replica is never split.
+func (r *requirement) check(placed []*corev1.Pod) verdict {
+	if len(placed) < r.minMember {
+		return verdict{reason: fmt.Sprintf("%d/%d pods placed", len(placed), r.minMember)}
+	}
+	if len(r.minTask) > 0 {
+		perTask := map[string]int{}
+		for _, p := range placed {
+			perTask[taskOf(p)]++
+		}
+		for _, task := range sortedKeys(r.minTask) {
+			if perTask[task] < r.minTask[task] {
+				return verdict{reason: fmt.Sprintf("task %s has %d/%d pods placed", task, perTask[task], r.minTask[task])}
+			}
+		}
+	}
+	for i := range r.subGroups {
+		sg := &r.subGroups[i]
+		counts := map[string]int{}
+		for _, p := range placed {
+			if k := sg.subGroupOf(p); k != "" {
+				counts[k]++
+			}
+		}
+		complete := 0
+		for _, n := range counts {
+			if n >= sg.size {
+				complete++
+			} else {
+				return verdict{reason: fmt.Sprintf("%s: a subgroup has %d/%d pods placed", sg.name, n, sg.size)}
+			}
+		}
+		if complete < sg.minSubGroups {
+			return verdict{reason: fmt.Sprintf("%s: %d/%d complete subgroups placed", sg.name, complete, sg.minSubGroups)}
+		}
+	}
+	return verdict{ok: true}
+}
+
+// enough says whether the pods that exist could ever satisfy the group; PreEnqueue holds
+// the group's pods back until they could.
+func (r *requirement) enough(all []*corev1.Pod) verdict {
+	if len(all) < r.minMember {
+		return verdict{reason: fmt.Sprintf("%d/%d pods exist", len(all), r.minMember)}
+	}
+	if len(r.minTask) > 0 {
+		perTask := map[string]int{}
+		for _, p := range all {
+			perTask[taskOf(p)]++
+		}
+		for _, task := range sortedKeys(r.minTask) {
+			if perTask[task] < r.minTask[task] {
+				return verdict{reason: fmt.Sprintf("task %s has %d/%d pods", task, perTask[task], r.minTask[task])}
+			}
+		}
+	}
+	for i := range r.subGroups {
+		sg := &r.subGroups[i]
+		if sg.minSubGroups == 0 {
+			continue
+		}
+		counts := map[string]int{}
+		for _, p := range all {
+			if k := sg.subGroupOf(p); k != "" {
+				counts[k]++
+			}
+		}
+		complete := 0
+		for _, n := range counts {
+			if n >= sg.size {
+				complete++
+			}
+		}
+		if complete < sg.minSubGroups {
+			return verdict{reason: fmt.Sprintf("%s: %d/%d complete subgroups exist", sg.name, complete, sg.minSubGroups)}
+		}
+	}
+	return verdict{ok: true}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,222 @@
+package gang
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
+	volcanolisters "volcano.sh/apis/pkg/client/listers/scheduling/v1beta1"
+)
+
+// Condition reasons the plugin writes on PodGroups and in events.
+const (
+	reasonNotEnoughResources = volcanov1beta1.NotEnoughResourcesReason
+	reasonTimeout            = "WaitTimeout"
+	reasonScheduled          = "GangScheduled"
+)
+
+// statusWriter keeps PodGroup status current off the scheduling hot path: decisions are
+// recorded in memory and a worker writes the status derived from them and from the pods.
+type statusWriter struct {
+	client   volcanoclient.Interface
+	lister   volcanolisters.PodGroupLister
+	pods     cache.Indexer
+	recorder events.EventRecorderLogger
+	queue    workqueue.TypedRateLimitingInterface[string]
+
+	mu        sync.Mutex
+	decisions map[string]decision
+}
+
+// decision is the plugin's latest verdict on a group.
+type decision struct {
+	scheduled bool
+	reason    string
+	message   string
+}
+
+func newStatusWriter(client volcanoclient.Interface, lister volcanolisters.PodGroupLister, pods cache.Indexer, recorder events.EventRecorderLogger) *statusWriter {
+	return &statusWriter{
+		client:    client,
+		lister:    lister,
+		pods:      pods,
+		recorder:  recorder,
+		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		decisions: map[string]decision{},
+	}
+}
+
+func (w *statusWriter) enqueue(key string) { w.queue.Add(key) }
+
+func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		APIVersion: volcanov1beta1.SchemeGroupVersion.String(), Kind: "PodGroup",
+		Namespace: pg.Namespace, Name: pg.Name, UID: pg.UID, ResourceVersion: pg.ResourceVersion,
+	}
+}
+
+// record stores a decision and reports whether it differs from the last one, so events
+// are emitted on change rather than on every retry.
+func (w *statusWriter) record(key string, d decision) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	changed := w.decisions[key] != d
+	w.decisions[key] = d
+	return changed
+}
+
+func (w *statusWriter) unschedulable(pg *volcanov1beta1.PodGroup, reason, msg string) {
+	key := pg.Namespace + "/" + pg.Name
+	if w.record(key, decision{reason: reason, message: msg}) && w.recorder != nil {
+		w.recorder.Eventf(podGroupRef(pg), nil, corev1.EventTypeWarning, reason, "Scheduling", "gang cannot be placed: %s", msg)
+	}
+	w.enqueue(key)
+}
+
+func (w *statusWriter) scheduled(pg *volcanov1beta1.PodGroup) {
+	key := pg.Namespace + "/" + pg.Name
+	if w.record(key, decision{scheduled: true, reason: reasonScheduled}) && w.recorder != nil {
+		w.recorder.Eventf(podGroupRef(pg), nil, corev1.EventTypeNormal, reasonScheduled, "Scheduling", "minimum of %d pods placed; held pods released to bind", pg.Spec.MinMember)
+	}
+	w.enqueue(key)
+}
+
+func (w *statusWriter) run(ctx context.Context) {
+	defer w.queue.ShutDown()
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		for w.processNext(ctx) {
+		}
+	}, time.Second)
+	<-ctx.Done()
+}
+
+func (w *statusWriter) processNext(ctx context.Context) bool {
+	key, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(key)
+	if err := w.sync(ctx, key); err != nil {
+		klog.FromContext(ctx).V(2).Info("PodGroup status update failed; retrying", "podGroup", key, "err", err)
+		w.queue.AddRateLimited(key)
+		return true
+	}
+	w.queue.Forget(key)
+	return true
+}
+
+// sync writes the status derived from the group's pods and the latest decision.
+func (w *statusWriter) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	w.mu.Lock()
+	d := w.decisions[key]
+	w.mu.Unlock()
+
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pg, err := w.lister.PodGroups(ns).Get(name)
+		if apierrors.IsNotFound(err) {
+			w.mu.Lock()
+			delete(w.decisions, key)
+			w.mu.Unlock()
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		objs, _ := w.pods.ByIndex(podsByGroupIndex, key)
+		want := desiredStatus(pg, objs, d, time.Now())
+		if statusEqual(pg.Status, want) {
+			return nil
+		}
+		updated := pg.DeepCopy()
+		updated.Status = want
+		// Volcano's PodGroup CRD has no status subresource, so status goes with the object.
+		_, err = w.client.SchedulingV1beta1().PodGroups(ns).Update(ctx, updated, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			// Read the newest object straight from the API so the retry does not race the informer.
+			if fresh, gerr := w.client.SchedulingV1beta1().PodGroups(ns).Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				fresh.Status = desiredStatus(fresh, objs, d, time.Now())
+				_, err = w.client.SchedulingV1beta1().PodGroups(ns).Update(ctx, fresh, metav1.UpdateOptions{})
+			}
+		}
+		return err
+	})
+}
+
+// desiredStatus derives phase, pod counts and conditions. Phase follows Volcano: Running
+// once minMember pods are placed, Pending before.
+func desiredStatus(pg *volcanov1beta1.PodGroup, objs []any, d decision, now time.Time) volcanov1beta1.PodGroupStatus {
+	var placed, running, succeeded, failed int32
+	for _, o := range objs {
+		p, ok := o.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		if p.Spec.NodeName != "" {
+			placed++
+		}
+		switch p.Status.Phase {
+		case corev1.PodRunning:
+			running++
+		case corev1.PodSucceeded:
+			succeeded++
+		case corev1.PodFailed:
+			failed++
+		}
+	}
+	st := volcanov1beta1.PodGroupStatus{Running: running, Succeeded: succeeded, Failed: failed, Phase: volcanov1beta1.PodGroupPending}
+	placedMin := placed >= pg.Spec.MinMember && placed > 0
+	if placedMin {
+		st.Phase = volcanov1beta1.PodGroupRunning
+	}
+	var conds []volcanov1beta1.PodGroupCondition
+	switch {
+	case placedMin || d.scheduled:
+		conds = append(conds, condition(pg, volcanov1beta1.PodGroupScheduled, corev1.ConditionTrue, reasonScheduled,
+			fmt.Sprintf("%d/%d pods placed", placed, pg.Spec.MinMember), now))
+		conds = append(conds, condition(pg, volcanov1beta1.PodGroupUnschedulableType, corev1.ConditionFalse, reasonScheduled, "", now))
+	case d.message != "":
+		conds = append(conds, condition(pg, volcanov1beta1.PodGroupUnschedulableType, corev1.ConditionTrue, d.reason, d.message, now))
+	}
+	st.Conditions = conds
+	return st
+}
+
+// condition builds a condition, keeping the transition time when the status did not change.
+func condition(pg *volcanov1beta1.PodGroup, typ volcanov1beta1.PodGroupConditionType, status corev1.ConditionStatus, reason, msg string, now time.Time) volcanov1beta1.PodGroupCondition {
+	c := volcanov1beta1.PodGroupCondition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now)}
+	for _, old := range pg.Status.Conditions {
+		if old.Type == typ && old.Status == status {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
+	}
+	return c
+}
+
+func statusEqual(a, b volcanov1beta1.PodGroupStatus) bool {
+	if a.Phase != b.Phase || a.Running != b.Running || a.Succeeded != b.Succeeded || a.Failed != b.Failed || len(a.Conditions) != len(b.Conditions) {
+		return false
+	}
+	for i := range a.Conditions {
+		x, y := a.Conditions[i], b.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message {
+			return false
+		}
+	}
+	return true
+}
