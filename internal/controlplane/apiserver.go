@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"sync"
 
 	"k8s.io/apiserver/pkg/storage/storagebackend"
@@ -23,7 +25,10 @@ func DefaultAPIServerFlags() []string {
 		// ServiceAccount in new namespaces; with this plugin enabled every
 		// pod create would be rejected after ~1s of retries. Same choice as
 		// Kubernetes' own integration test framework.
-		"--disable-admission-plugins=ServiceAccount",
+		// TaintNodesByCondition: it taints every new node not-ready, and no node
+		// lifecycle controller runs here to lift the taint once the node is Ready,
+		// so simulated nodes would never take a pod.
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 	}
 }
 
@@ -75,6 +80,11 @@ func startAPIServer(ctx context.Context, logger klog.Logger, etcdURL string, fla
 	// own correctness, not ours.
 	opts.DisableInvariantChecks = true
 
+	restore, err := workaroundTrimpath(tempDir)
+	if err != nil {
+		return nil, err
+	}
+	defer restore()
 	server, err := apiservertesting.StartTestServer(tCtx, opts, flags, storage)
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver: %w", err)
@@ -87,6 +97,48 @@ func startAPIServer(ctx context.Context, logger klog.Logger, etcdURL string, fla
 func (s *apiServer) stop() {
 	s.server.TearDownFn()
 	s.tb.runCleanups()
+}
+
+// StartTestServer reads (and writes) certificate fixtures in a testdata dir
+// next to its own source file, and fails if runtime.Caller gives no absolute
+// path, which is the case in binaries built with -trimpath (as release builds
+// of the sandbox may be). Its only escape hatch is Bazel's environment,
+// which it joins in front of the relative path; pointing that into our temp
+// dir makes it generate fresh certs there.
+var trimpathEnvMu sync.Mutex
+
+// workaroundTrimpath applies the Bazel environment when needed and returns
+// a function undoing it.
+func workaroundTrimpath(tempDir string) (restore func(), err error) {
+	fn := runtime.FuncForPC(reflect.ValueOf(apiservertesting.StartTestServer).Pointer())
+	file, _ := fn.FileLine(fn.Entry())
+	if filepath.IsAbs(file) {
+		return func() {}, nil
+	}
+	const workspace = "trimpath"
+	if err := os.MkdirAll(filepath.Join(tempDir, workspace, filepath.Dir(file), "testdata"), 0o700); err != nil {
+		return nil, err
+	}
+	trimpathEnvMu.Lock()
+	prev := map[string]*string{}
+	for k, v := range map[string]string{"TEST_SRCDIR": tempDir, "TEST_WORKSPACE": workspace} {
+		if old, ok := os.LookupEnv(k); ok {
+			prev[k] = &old
+		} else {
+			prev[k] = nil
+		}
+		_ = os.Setenv(k, v)
+	}
+	return func() {
+		for k, old := range prev {
+			if old != nil {
+				_ = os.Setenv(k, *old)
+			} else {
+				_ = os.Unsetenv(k)
+			}
+		}
+		trimpathEnvMu.Unlock()
+	}, nil
 }
 
 // storagePrefix returns a random etcd key prefix. Each control plane owns

@@ -42,11 +42,6 @@ type Options struct {
 	// APIServerFlags are kube-apiserver command line flags. nil means
 	// DefaultAPIServerFlags(); to add flags, append to that.
 	APIServerFlags []string
-
-	// Logger receives the control plane's own messages. The apiserver
-	// additionally logs through the global klog, as it always does.
-	// The zero value means klog.Background().
-	Logger klog.Logger
 }
 
 // StartupTimings says where Start spent its time.
@@ -73,15 +68,14 @@ type ControlPlane struct {
 // Start starts etcd and kube-apiserver and installs the CRDs in
 // opts.CRDDirs. When it returns, the API (including the CRDs) is ready.
 //
-// ctx bounds startup only (including building etcd on a cold cache, which
-// can take minutes). The control plane runs until Stop is called.
+// ctx bounds startup (including building etcd on a cold cache, which can
+// take minutes; the apiserver's own startup waits are bounded separately).
+// The control plane runs until Stop is called. The control plane's messages
+// go to klog.FromContext(ctx); the apiserver additionally logs through the
+// global klog, as it always does.
 func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	start := time.Now()
-	logger := opts.Logger
-	if logger.GetSink() == nil {
-		logger = klog.Background()
-	}
-	logger = logger.WithName("controlplane")
+	logger := klog.FromContext(ctx).WithName("controlplane")
 
 	crdDirs := opts.CRDDirs
 	if crdDirs == nil {
@@ -135,7 +129,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	cp.apiServer, err = startAPIServer(ctx, logger, cp.etcd.clientURL, flags, apiserverDir)
 	if err != nil {
-		return nil, fmt.Errorf("%w\n(etcd log: %s)", err, cp.etcd.logPath)
+		// The etcd log is deleted with the temp dir; quote it if etcd
+		// died, as that is then the likely cause.
+		select {
+		case <-cp.etcd.exited:
+			err = fmt.Errorf("%w\netcd exited (%v), its log ends with:\n%s", err, cp.etcd.waitErr, cp.etcd.logTail(4096))
+		default:
+		}
+		return nil, err
 	}
 	cp.config = rest.CopyConfig(cp.apiServer.server.ClientConfig)
 	cp.timings.APIServer = time.Since(t)

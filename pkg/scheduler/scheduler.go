@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/configz"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
@@ -62,5 +63,10 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("berth-scheduler setup: %w", err)
 	}
+	// kube-scheduler registers its config under a process-wide configz key and fails if
+	// the key exists, so a second scheduler in the same process (a restart in a test, or
+	// the sandbox) must find it free.
+	configz.Delete("componentconfig")
+	defer configz.Delete("componentconfig")
 	return app.Run(ctx, cc, sched)
 }

@@ -11,19 +11,21 @@ package gang
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 	volcanoinformers "volcano.sh/apis/pkg/client/informers/externalversions"
 	volcanolisters "volcano.sh/apis/pkg/client/listers/scheduling/v1beta1"
-	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
 // Name is the plugin name used in the scheduler profile.
@@ -73,7 +75,10 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if err != nil {
 		return nil, err
 	}
-	vc, err := volcanoclient.NewForConfig(handle.KubeConfig())
+	// kube-scheduler's client speaks protobuf; Volcano's types only have JSON.
+	cfg := rest.CopyConfig(handle.KubeConfig())
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	vc, err := volcanoclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("gang: volcano client: %w", err)
 	}
@@ -221,32 +226,72 @@ func (g *Gang) Less(a, b fwk.QueuedEntityInfo) bool {
 	if pa, pb := a.GetPriority(), b.GetPriority(); pa != pb {
 		return pa > pb
 	}
-	ta, ka := g.queueTime(a)
-	tb, kb := g.queueTime(b)
+	ta, ka, pa := g.queueTime(a)
+	tb, kb, pb := g.queueTime(b)
 	if !ta.Equal(tb) {
 		return ta.Before(tb)
 	}
 	if ka != kb {
 		return ka < kb
 	}
+	if ka != "" && pa != nil && pb != nil {
+		// Within a gang, a role replica's pods leave together and lower replicas (those
+		// the minimum counts first) go first, so an assembly is not spread over replicas.
+		if c := compareNatural(taskOf(pa), taskOf(pb)); c != 0 {
+			return c < 0
+		}
+		return compareNatural(pa.Name, pb.Name) < 0
+	}
 	return a.GetTimestamp().Before(b.GetTimestamp())
+}
+
+// compareNatural orders "x-2" before "x-10".
+func compareNatural(a, b string) int {
+	for a != "" && b != "" {
+		da, db := leadingDigits(a), leadingDigits(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if len(na) != len(nb) {
+				return len(na) - len(nb)
+			}
+			if na != nb {
+				return strings.Compare(na, nb)
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return int(a[0]) - int(b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) - len(b)
+}
+
+func leadingDigits(s string) int {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 type podInfoGetter interface{ GetPodInfo() fwk.PodInfo }
 
-// queueTime is the group's creation time for gang pods and the queue time for others.
-func (g *Gang) queueTime(e fwk.QueuedEntityInfo) (time.Time, string) {
+// queueTime is the group's creation time for gang pods and the queue time for others,
+// with the group key and the pod.
+func (g *Gang) queueTime(e fwk.QueuedEntityInfo) (time.Time, string, *corev1.Pod) {
 	pi, ok := e.(podInfoGetter)
 	if !ok || pi.GetPodInfo() == nil {
-		return e.GetTimestamp(), ""
+		return e.GetTimestamp(), "", nil
 	}
 	pod := pi.GetPodInfo().GetPod()
 	if name := groupNameOf(pod); name != "" {
 		if pg, err := g.pgLister.PodGroups(pod.Namespace).Get(name); err == nil {
-			return pg.CreationTimestamp.Time, pod.Namespace + "/" + name
+			return pg.CreationTimestamp.Time, pod.Namespace + "/" + name, pod
 		}
 	}
-	return e.GetTimestamp(), ""
+	return e.GetTimestamp(), "", pod
 }
 
 // PreFilter rejects a group's pod at once when the group is backing off, and, for the first

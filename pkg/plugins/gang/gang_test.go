@@ -67,10 +67,10 @@ func TestCheckNeverReleasesASplitRoleReplica(t *testing.T) {
 	assert.True(t, req.check(all).ok)
 	assert.False(t, req.check(all[:5]).ok, "decode-1 has its entry but not its worker")
 	assert.Contains(t, req.check(all[:5]).reason, "5/6 pods placed")
-	req.minMember, req.minTask = 0, nil
-	assert.Contains(t, req.check(all[:5]).reason, "decode: a subgroup has 1/2 pods placed", "the subgroup rule alone also refuses a split replica")
 	assert.True(t, req.enough(all).ok)
 	assert.False(t, req.enough(all[:4]).ok, "PreEnqueue holds the group until every minimum pod exists")
+	req.minMember, req.minTask = 0, nil
+	assert.Contains(t, req.check(all[:5]).reason, "decode: a subgroup has 1/2 pods placed", "the subgroup rule alone also refuses a split replica")
 }
 
 func TestCheckHonoursMinSubGroups(t *testing.T) {
@@ -124,4 +124,11 @@ func TestArgsDefaultsAndValidation(t *testing.T) {
 
 	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{WaitTimeoutAnnotation: "5s"}}}
 	assert.Equal(t, "5s", args.waitTimeout(pg).String())
+}
+
+func TestCompareNaturalOrdersReplicasNumerically(t *testing.T) {
+	assert.Negative(t, compareNatural("decode-2", "decode-10"))
+	assert.Positive(t, compareNatural("decode-10", "decode-9"))
+	assert.Negative(t, compareNatural("decode-1", "prefill-0"))
+	assert.Zero(t, compareNatural("a-1", "a-1"))
 }

@@ -6,7 +6,7 @@ import (
 
 // ModelRouteSpec defines the desired state of ModelRoute.
 //
-// +kubebuilder:validation:XValidation:rule="(has(self.modelName) && self.modelName != ”) || (has(self.loraAdapters) && size(self.loraAdapters) > 0)",message="modelName and loraAdapters cannot both be empty",fieldPath=".modelName"
+// +kubebuilder:validation:XValidation:rule="(has(self.modelName) && size(self.modelName) > 0) || (has(self.loraAdapters) && size(self.loraAdapters) > 0)",message="modelName and loraAdapters cannot both be empty",fieldPath=".modelName"
 type ModelRouteSpec struct {
 	// model in the LLM request, it could be a base model name, lora adapter name or even a virtual model name.
 	// This field is used to match scenarios other than model adapter name and this field could be empty,

@@ -139,7 +139,7 @@ type ServingGroup struct {
 	// it works only when the scheduler supports network topology feature. It is Volcano's
 	// NetworkTopologySpec and is copied as is to the group's PodGroup.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!(has(self.highestTierAllowed) && has(self.highestTierName) && self.highestTierName != '')",message="highestTierAllowed and highestTierName are mutually exclusive"
+	// +kubebuilder:validation:XValidation:rule="!(has(self.highestTierAllowed) && has(self.highestTierName) && size(self.highestTierName) > 0)",message="highestTierAllowed and highestTierName are mutually exclusive"
 	NetworkTopology *volcanov1beta1.NetworkTopologySpec `json:"networkTopology,omitempty"`
 
 	// Roles are the kinds of pods in a group, for example prefill and decode.

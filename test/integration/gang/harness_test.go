@@ -1,0 +1,338 @@
+// Package gang runs berth-scheduler in-process against a real apiserver and checks that
+// gangs are placed all or nothing. Nodes are API objects; a pod counts as placed once bound.
+package gang
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/pkg/plugins/gang"
+	"github.com/berth-sh/berth/pkg/scheduler"
+)
+
+var cp *controlplane.ControlPlane
+
+func TestMain(m *testing.M) { cptest.Main(m, &cp) }
+
+// Labels of the ModelServing contract (DESIGN.md) that the gang plugin reads.
+const (
+	labelGroup  = "modelserving.volcano.sh/group-name"
+	labelRole   = "modelserving.volcano.sh/role"
+	labelRoleID = "modelserving.volcano.sh/role-id"
+	labelEntry  = "modelserving.volcano.sh/entry"
+	gpu         = corev1.ResourceName("nvidia.com/gpu")
+)
+
+var worldCount atomic.Int32
+
+// world is one test's slice of the cluster: a namespace, the nodes it created, and a
+// running berth-scheduler.
+type world struct {
+	t    *testing.T
+	ctx  context.Context
+	kube kubernetes.Interface
+	vc   volcanoclient.Interface
+	ns   string
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cfg := cp.RESTConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
+	jsonCfg := rest.CopyConfig(cfg)
+	jsonCfg.ContentType, jsonCfg.AcceptContentTypes = "application/json", "application/json"
+	w := &world{t: t, ctx: ctx, kube: kubernetes.NewForConfigOrDie(cfg), vc: volcanoclient.NewForConfigOrDie(jsonCfg),
+		ns: fmt.Sprintf("gang-%d", worldCount.Add(1))}
+	_, err := w.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(w.cleanup)
+	t.Cleanup(w.dumpOnFailure)
+	return w
+}
+
+// dumpOnFailure logs every pod's placement and scheduling condition, and every PodGroup's
+// status, so a failed run explains itself.
+func (w *world) dumpOnFailure() {
+	if !w.t.Failed() {
+		return
+	}
+	ctx := context.Background()
+	if pods, err := w.kube.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			cond := ""
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled {
+					cond = fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message)
+				}
+			}
+			w.t.Logf("pod %s node=%q scheduled=%s", p.Name, p.Spec.NodeName, cond)
+		}
+	}
+	if pgs, err := w.vc.SchedulingV1beta1().PodGroups(w.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, pg := range pgs.Items {
+			w.t.Logf("podgroup %s phase=%s conditions=%+v", pg.Name, pg.Status.Phase, pg.Status.Conditions)
+		}
+	}
+}
+
+// cleanup removes the test's pods and nodes so the next test starts on an empty cluster
+// (there is no namespace controller in the test control plane).
+func (w *world) cleanup() {
+	ctx := context.Background()
+	zero := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
+	_ = w.kube.CoreV1().Pods(w.ns).DeleteCollection(ctx, zero, metav1.ListOptions{})
+	_ = w.kube.CoreV1().Nodes().DeleteCollection(ctx, zero, metav1.ListOptions{LabelSelector: "berth.test/owner=" + w.ns})
+	_ = w.vc.SchedulingV1beta1().PodGroups(w.ns).DeleteCollection(ctx, zero, metav1.ListOptions{})
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		nodes, err := w.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "berth.test/owner=" + w.ns})
+		return err == nil && len(nodes.Items) == 0, nil
+	})
+}
+
+// startScheduler runs berth-scheduler with the shipped profile (manifests/scheduler/
+// config.yaml), pointed at the test apiserver, leader election off and short timeouts.
+// It returns a stop function that waits for the scheduler to exit.
+func (w *world) startScheduler(waitSeconds, backoffSeconds int64) (stop func()) {
+	t := w.t
+	t.Helper()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	require.NoError(t, cp.WriteKubeconfig(kubeconfig))
+
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "scheduler", "config.yaml"))
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, yaml.Unmarshal(raw, &cfg))
+	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 500, "burst": 1000}
+	cfg["leaderElection"] = map[string]any{"leaderElect": false}
+	for _, pc := range cfg["profiles"].([]any)[0].(map[string]any)["pluginConfig"].([]any) {
+		pc := pc.(map[string]any)
+		if pc["name"] == gang.Name {
+			pc["args"] = map[string]any{"permitWaitingTimeSeconds": waitSeconds, "backoffSeconds": backoffSeconds}
+		}
+	}
+	out, err := yaml.Marshal(cfg)
+	require.NoError(t, err)
+	configFile := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(configFile, out, 0o600))
+
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan error, 1)
+	go func() {
+		err := scheduler.Run(ctx, scheduler.Options{ConfigFile: configFile})
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("berth-scheduler exited early: %v", err)
+		}
+		done <- err
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("scheduler exited: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("scheduler did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// addNode registers a node with the given capacity. The scheduler only sees API objects:
+// there is no kubelet, and no pod ever runs.
+func (w *world) addNode(name string, gpus int64, cpu string) {
+	w.t.Helper()
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse(cpu),
+		corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	if gpus > 0 {
+		capacity[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-" + name, Labels: map[string]string{"berth.test/owner": w.ns, corev1.LabelHostname: w.ns + "-" + name}},
+		Status: corev1.NodeStatus{
+			Capacity: capacity, Allocatable: capacity,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+	_, err := w.kube.CoreV1().Nodes().Create(w.ctx, node, metav1.CreateOptions{})
+	require.NoError(w.t, err)
+}
+
+// role describes one role of a serving group: replicas of an entry pod and workers.
+type role struct {
+	name     string
+	replicas int
+	workers  int
+	gpus     int64
+	cpu      string
+}
+
+// createGang writes what berth-controller writes for one ServingGroup (DESIGN.md's
+// contract): a Volcano PodGroup with minTaskMember per role replica in the minimum,
+// minMember their sum, a subGroupPolicy per role with workers, and the pods.
+// minRole maps a role to its minimum replicas; a role missing from it counts all.
+func (w *world) createGang(group string, minRole map[string]int, roles ...role) {
+	w.t.Helper()
+	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: group}}
+	pg.Spec.MinTaskMember = map[string]int32{}
+	var pods []*corev1.Pod
+	for _, r := range roles {
+		size := int32(1 + r.workers)
+		min := r.replicas
+		if m, ok := minRole[r.name]; ok {
+			min = m
+		}
+		for j := 0; j < r.replicas; j++ {
+			task := fmt.Sprintf("%s-%d", r.name, j)
+			if j < min {
+				pg.Spec.MinTaskMember[task] = size
+				pg.Spec.MinMember += size
+			}
+			for k := 0; k <= r.workers; k++ {
+				pods = append(pods, w.gangPod(group, r, task, k))
+			}
+		}
+		if r.workers > 0 {
+			pg.Spec.SubGroupPolicy = append(pg.Spec.SubGroupPolicy, volcanov1beta1.SubGroupPolicySpec{
+				Name: r.name, SubGroupSize: ptr.To(size), MinSubGroups: ptr.To[int32](0),
+				LabelSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{labelGroup: group, labelRole: r.name}},
+				MatchLabelKeys: []string{labelRoleID},
+			})
+		}
+	}
+	_, err := w.vc.SchedulingV1beta1().PodGroups(w.ns).Create(w.ctx, pg, metav1.CreateOptions{})
+	require.NoError(w.t, err)
+	for _, p := range pods {
+		_, err := w.kube.CoreV1().Pods(w.ns).Create(w.ctx, p, metav1.CreateOptions{})
+		require.NoError(w.t, err)
+	}
+}
+
+func (w *world) gangPod(group string, r role, task string, k int) *corev1.Pod {
+	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(orDefault(r.cpu, "100m"))}
+	if r.gpus > 0 {
+		requests[gpu] = *resource.NewQuantity(r.gpus, resource.DecimalSI)
+	}
+	labels := map[string]string{labelGroup: group, labelRole: r.name, labelRoleID: task}
+	if k == 0 {
+		labels[labelEntry] = "true"
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: w.ns, Name: fmt.Sprintf("%s-%s-%d", group, task, k), Labels: labels,
+			Annotations: map[string]string{gang.GroupNameKey: group, gang.TaskSpecKey: task},
+		},
+		Spec: corev1.PodSpec{
+			SchedulerName: scheduler.SchedulerName,
+			Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
+				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limitsOf(requests)}}},
+		},
+	}
+}
+
+func limitsOf(requests corev1.ResourceList) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for name, q := range requests {
+		if name == gpu {
+			out[name] = q
+		}
+	}
+	return out
+}
+
+func orDefault(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+// bound counts the group's pods with a node, by role replica.
+func (w *world) bound(group string) (total int, byTask map[string]int) {
+	pods, err := w.kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{LabelSelector: labelGroup + "=" + group})
+	require.NoError(w.t, err)
+	byTask = map[string]int{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			total++
+			byTask[p.Labels[labelRoleID]]++
+		}
+	}
+	return total, byTask
+}
+
+func (w *world) eventually(what string, timeout time.Duration, cond func() bool) {
+	w.t.Helper()
+	err := wait.PollUntilContextTimeout(w.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
+	require.NoError(w.t, err, "timed out after %s waiting until %s", timeout, what)
+}
+
+func (w *world) consistently(what string, d time.Duration, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		require.True(w.t, cond(), "expected %s to hold for %s", what, d)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (w *world) podGroup(name string) *volcanov1beta1.PodGroup {
+	pg, err := w.vc.SchedulingV1beta1().PodGroups(w.ns).Get(w.ctx, name, metav1.GetOptions{})
+	require.NoError(w.t, err)
+	return pg
+}
+
+func unschedulableMessage(pg *volcanov1beta1.PodGroup) string {
+	for _, c := range pg.Status.Conditions {
+		if c.Type == volcanov1beta1.PodGroupUnschedulableType && c.Status == corev1.ConditionTrue {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+func (w *world) deleteGroupPods(group string) {
+	w.t.Helper()
+	err := w.kube.CoreV1().Pods(w.ns).DeleteCollection(w.ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)},
+		metav1.ListOptions{LabelSelector: labelGroup + "=" + group})
+	require.NoError(w.t, err)
+}
+
+func names(m map[string]int) string {
+	var out []string
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s=%d", k, v))
+	}
+	return strings.Join(out, ",")
+}
