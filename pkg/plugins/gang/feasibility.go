@@ -14,12 +14,24 @@ import (
 // of roles ("decode needs 2 complete replicas") instead of tasks.
 const RoleLabel = "modelserving.volcano.sh/role"
 
-// nodeFree is the free capacity of one node: allocatable minus what is requested there,
-// assumed pods (those held in Permit) included.
+// capacity is the free capacity of the cluster's nodes: allocatable minus what is
+// requested, assumed pods (those held in Permit) included. Values are milli-units for cpu,
+// units otherwise. It is read lazily: packing a small gang touches a few nodes, not all.
+type capacity interface {
+	len() int
+	free(i int) map[corev1.ResourceName]int64
+}
+
+// nodeFree is one node's free capacity, for a capacity given up front.
 type nodeFree struct {
 	name string
-	free map[corev1.ResourceName]int64 // milli-units for cpu, units otherwise
+	free map[corev1.ResourceName]int64
 }
+
+type staticCapacity []nodeFree
+
+func (c staticCapacity) len() int                                 { return len(c) }
+func (c staticCapacity) free(i int) map[corev1.ResourceName]int64 { return c[i].free }
 
 // unit is what must be placed whole: a subgroup (a role replica with its workers) or a pod.
 type unit struct {
@@ -39,7 +51,7 @@ type feasibility struct {
 // still needs could be placed on the free capacity at all. It packs whole units first-fit,
 // looking only at resources (not affinity or taints, which Filter checks pod by pod), so a
 // "no" is certain and a "yes" is optimistic. A "no" comes with a message a user can act on.
-func checkFeasible(req *requirement, placed, pending []*corev1.Pod, nodes []nodeFree) feasibility {
+func checkFeasible(req *requirement, placed, pending []*corev1.Pod, nodes capacity) feasibility {
 	units := buildUnits(req, pending)
 	// Required units first (capacity goes to what the minimum needs), largest first within
 	// them: first-fit decreasing wastes the least capacity on fragments.
@@ -146,6 +158,7 @@ func roleOf(p *corev1.Pod) string {
 // podRequests returns the pod's effective requests (init containers and overhead included).
 func podRequests(p *corev1.Pod) map[corev1.ResourceName]int64 {
 	out := map[corev1.ResourceName]int64{}
+	out[corev1.ResourcePods] = 1 // every pod takes one of the node's pod slots
 	for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}) {
 		out[name] = quantityValue(name, q)
 	}
@@ -162,21 +175,22 @@ func quantityValue(name corev1.ResourceName, q resource.Quantity) int64 {
 // packing tracks simulated deductions without copying every node: only touched nodes get
 // an entry in used.
 type packing struct {
-	nodes []nodeFree
+	nodes capacity
 	used  map[int]map[corev1.ResourceName]int64
 	next  int // next-fit cursor: keeps packing a big gang linear in its size
 }
 
-func newPacking(nodes []nodeFree) *packing {
+func newPacking(nodes capacity) *packing {
 	return &packing{nodes: nodes, used: map[int]map[corev1.ResourceName]int64{}}
 }
 
 func (s *packing) fits(i int, req map[corev1.ResourceName]int64) bool {
+	free := s.nodes.free(i)
 	for name, v := range req {
 		if v == 0 {
 			continue
 		}
-		if s.nodes[i].free[name]-s.used[i][name] < v {
+		if free[name]-s.used[i][name] < v {
 			return false
 		}
 	}
@@ -208,7 +222,7 @@ func (s *packing) placeAll(reqs []map[corev1.ResourceName]int64) bool {
 	}
 	var done []took
 	for _, r := range reqs {
-		n := len(s.nodes)
+		n := s.nodes.len()
 		placed := false
 		for k := 0; k < n; k++ {
 			i := (s.next + k) % n
@@ -265,21 +279,22 @@ func explain(req *requirement, need, fit map[string]int, miss *unit, chosen []*c
 // counting capacity left after the units the simulation did place.
 func scarcest(u *unit, sim *packing) string {
 	nodes := sim.nodes
+	total := nodes.len()
 	biggest := u.requests[0]
 	for _, r := range u.requests[1:] {
 		if sum(r) > sum(biggest) {
 			biggest = r
 		}
 	}
-	best, bestCount := corev1.ResourceName(""), len(nodes)+1
+	best, bestCount := corev1.ResourceName(""), total+1
 	for _, name := range sortedKeys(asStringMap(biggest)) {
 		rn := corev1.ResourceName(name)
 		if biggest[rn] == 0 {
 			continue
 		}
 		count := 0
-		for i := range nodes {
-			if nodes[i].free[rn]-sim.used[i][rn] >= biggest[rn] {
+		for i := 0; i < total; i++ {
+			if nodes.free(i)[rn]-sim.used[i][rn] >= biggest[rn] {
 				count++
 			}
 		}
@@ -290,7 +305,7 @@ func scarcest(u *unit, sim *packing) string {
 	if best == "" {
 		return ""
 	}
-	return fmt.Sprintf("%d/%d nodes have %s free %s", bestCount, len(nodes), formatAmount(best, biggest[best]), best)
+	return fmt.Sprintf("%d/%d nodes have %s free %s", bestCount, total, formatAmount(best, biggest[best]), best)
 }
 
 func formatAmount(name corev1.ResourceName, v int64) string {

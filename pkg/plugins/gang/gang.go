@@ -343,19 +343,31 @@ func (g *Gang) PreFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _
 func (g *Gang) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // freeCapacity reads the cycle snapshot (which counts pods held in Permit as placed).
-func (g *Gang) freeCapacity() ([]nodeFree, error) {
+func (g *Gang) freeCapacity() (capacity, error) {
 	infos, err := g.handle.SnapshotSharedLister().NodeInfos().List()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]nodeFree, 0, len(infos))
-	for _, ni := range infos {
-		node := ni.Node()
-		if node == nil || node.Spec.Unschedulable {
-			continue
-		}
+	return &snapshotCapacity{infos: infos, cache: map[int]map[corev1.ResourceName]int64{}}, nil
+}
+
+// snapshotCapacity computes a node's free capacity the first time packing looks at it.
+type snapshotCapacity struct {
+	infos []fwk.NodeInfo
+	cache map[int]map[corev1.ResourceName]int64
+}
+
+func (c *snapshotCapacity) len() int { return len(c.infos) }
+
+func (c *snapshotCapacity) free(i int) map[corev1.ResourceName]int64 {
+	if f, ok := c.cache[i]; ok {
+		return f
+	}
+	ni := c.infos[i]
+	var free map[corev1.ResourceName]int64
+	if node := ni.Node(); node != nil && !node.Spec.Unschedulable {
 		alloc, used := ni.GetAllocatable(), ni.GetRequested()
-		free := map[corev1.ResourceName]int64{
+		free = map[corev1.ResourceName]int64{
 			corev1.ResourceCPU:    alloc.GetMilliCPU() - used.GetMilliCPU(),
 			corev1.ResourceMemory: alloc.GetMemory() - used.GetMemory(),
 			corev1.ResourcePods:   int64(alloc.GetAllowedPodNumber() - len(ni.GetPods())),
@@ -367,9 +379,9 @@ func (g *Gang) freeCapacity() ([]nodeFree, error) {
 		for name, v := range alloc.GetScalarResources() {
 			free[name] = v - usedScalar[name]
 		}
-		out = append(out, nodeFree{name: node.Name, free: free})
 	}
-	return out, nil
+	c.cache[i] = free
+	return free
 }
 
 // PostFilter runs when a pod of the group fits no node. Unless the group's minimum is

@@ -48,8 +48,8 @@ func gangPod(role string, replica, index int, gpus int64) *corev1.Pod {
 	}
 }
 
-func gpuNodes(free ...int64) []nodeFree {
-	out := make([]nodeFree, len(free))
+func gpuNodes(free ...int64) staticCapacity {
+	out := make(staticCapacity, len(free))
 	for i, f := range free {
 		out[i] = nodeFree{name: fmt.Sprintf("n%d", i), free: map[corev1.ResourceName]int64{"nvidia.com/gpu": f, corev1.ResourcePods: 110}}
 	}
