@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,7 +72,8 @@ func main() {
 	only := flag.String("workloads", "", "comma-separated workload names to run (default: all)")
 	scale := flag.Float64("scale", 1, "multiply gang counts by this (for a quick look; 1 = upstream)")
 	out := flag.String("out", "", "also write the markdown table to this file")
-	klog.InitFlags(nil)
+	modes := flag.String("modes", "native,berth,ceiling", "which schedulers to run")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the berth runs to this file")
 	flag.Parse()
 	// The apiserver and scheduler log per request at the default level; a benchmark wants none of it.
 	klog.LogToStderr(false)
@@ -99,7 +101,18 @@ func main() {
 		w.gangs = max(1, int(float64(w.gangs)**scale))
 		results := map[mode]float64{}
 		for _, m := range []mode{native, berth, ceiling} {
+			if !strings.Contains(","+*modes+",", ","+string(m)+",") {
+				continue
+			}
+			if m == berth && *cpuProfile != "" {
+				f, err := os.Create(*cpuProfile)
+				must(err)
+				must(pprof.StartCPUProfile(f))
+			}
 			podsPerSec, err := b.run(ctx, w, m)
+			if m == berth && *cpuProfile != "" {
+				pprof.StopCPUProfile()
+			}
 			must(err)
 			results[m] = podsPerSec
 			fmt.Fprintf(os.Stderr, "%-42s %-8s %8.1f pods/s\n", w.name, m, podsPerSec)
@@ -218,7 +231,24 @@ func (b *bench) run(ctx context.Context, w workload, m mode) (float64, error) {
 	case err := <-schedDone:
 		return 0, fmt.Errorf("%s/%s: scheduler exited: %v", w.name, m, err)
 	}
-	return float64(total) / time.Since(start).Seconds(), nil
+	rate := float64(total) / time.Since(start).Seconds()
+	// Pods that were once reported unschedulable cost an extra status write each; say so.
+	if pods, err := b.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		retried := 0
+		reasons := map[string]int{}
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+					retried++
+					reasons[c.Message]++
+				}
+			}
+		}
+		if retried > 0 {
+			fmt.Fprintf(os.Stderr, "%s/%s: %d pods were reported unschedulable on the way: %v\n", w.name, m, retried, reasons)
+		}
+	}
+	return rate, nil
 }
 
 func (b *bench) createGroups(ctx context.Context, ns string, w workload, m mode) error {

@@ -492,7 +492,6 @@ func (g *Gang) PostBind(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ 
 		delete(st.held, pod.UID)
 	}
 	g.mu.Unlock()
-	g.status.enqueue(key)
 }
 
 // allowGroup releases every held sibling to bind.

@@ -221,15 +221,8 @@ func TestSchedulerRestartWhileGangWaitsInPermit(t *testing.T) {
 		w.addNode(fmt.Sprintf("gpu-%d", i), 8, "64")
 	}
 	// The third pod exists but is gated, so the first two are placed and held in Permit.
+	w.gated = map[string]bool{"held-server-2-0": true}
 	w.createGang("held", nil, role{name: "server", replicas: 3, gpus: 8})
-	gated, err := w.kube.CoreV1().Pods(w.ns).Get(w.ctx, "held-server-2-0", metav1.GetOptions{})
-	require.NoError(t, err)
-	gated.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "test.berth.sh/hold"}}
-	// Gates can only be set at creation: recreate the pod gated.
-	require.NoError(t, w.kube.CoreV1().Pods(w.ns).Delete(w.ctx, gated.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
-	gated.ResourceVersion, gated.UID = "", ""
-	_, err = w.kube.CoreV1().Pods(w.ns).Create(w.ctx, gated, metav1.CreateOptions{})
-	require.NoError(t, err)
 
 	// Held pods are visible as the scheduler's waiting pods only; give it time to hold them.
 	w.consistently("nothing binds while the gang is incomplete", quiet, func() bool { n, _ := w.bound("held"); return n == 0 })
@@ -239,10 +232,41 @@ func TestSchedulerRestartWhileGangWaitsInPermit(t *testing.T) {
 
 	w.startScheduler(120, 1)
 	w.consistently("nothing binds after the restart while the gang is incomplete", quiet, func() bool { n, _ := w.bound("held"); return n == 0 })
-	gated, err = w.kube.CoreV1().Pods(w.ns).Get(w.ctx, "held-server-2-0", metav1.GetOptions{})
+	gated, err := w.kube.CoreV1().Pods(w.ns).Get(w.ctx, "held-server-2-0", metav1.GetOptions{})
 	require.NoError(t, err)
 	gated.Spec.SchedulingGates = nil
 	_, err = w.kube.CoreV1().Pods(w.ns).Update(w.ctx, gated, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	w.eventually("the gang completes whole after the restart", 30*time.Second, func() bool { n, _ := w.bound("held"); return n == 3 })
+}
+
+// A gang that cannot complete holds capacity only until its wait timeout: then every held
+// sibling is released, the PodGroup says why, and another gang can use the nodes.
+func TestWaitTimeoutReleasesHeldCapacity(t *testing.T) {
+	w := newWorld(t)
+	w.startScheduler(2, 5) // hold for 2s, then back off for 5s
+	for i := 0; i < 3; i++ {
+		w.addNode(fmt.Sprintf("gpu-%d", i), 8, "64")
+	}
+	// "stuck" needs 3 nodes but its third pod is gated: two pods are held in Permit.
+	w.gated = map[string]bool{"stuck-server-2-0": true}
+	w.createGang("stuck", nil, role{name: "server", replicas: 3, gpus: 8})
+
+	w.eventually("the PodGroup reports the timeout", 15*time.Second, func() bool {
+		pg := w.podGroup("stuck")
+		for _, c := range pg.Status.Conditions {
+			if c.Type == volcanov1beta1.PodGroupUnschedulableType && c.Reason == "WaitTimeout" {
+				return true
+			}
+		}
+		return false
+	})
+	n, _ := w.bound("stuck")
+	require.Zero(t, n)
+
+	// While "stuck" backs off, a 3-node gang gets the capacity it had held.
+	w.createGang("next", nil, role{name: "server", replicas: 3, gpus: 8})
+	w.eventually("another gang binds on the released nodes", 15*time.Second, func() bool { n, _ := w.bound("next"); return n == 3 })
+	n, _ = w.bound("stuck")
+	assert.Zero(t, n)
 }

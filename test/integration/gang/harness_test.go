@@ -54,6 +54,9 @@ type world struct {
 	kube kubernetes.Interface
 	vc   volcanoclient.Interface
 	ns   string
+	// gated names pods createGang creates with a scheduling gate, so the rest of their gang
+	// is placed and held in Permit while they stay out of scheduling.
+	gated map[string]bool
 }
 
 func newWorld(t *testing.T) *world {
@@ -248,13 +251,19 @@ func (w *world) gangPod(group string, r role, task string, k int) *corev1.Pod {
 	if k == 0 {
 		labels[labelEntry] = "true"
 	}
+	name := fmt.Sprintf("%s-%s-%d", group, task, k)
+	var gates []corev1.PodSchedulingGate
+	if w.gated[name] {
+		gates = []corev1.PodSchedulingGate{{Name: "test.berth.sh/hold"}}
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: w.ns, Name: fmt.Sprintf("%s-%s-%d", group, task, k), Labels: labels,
+			Namespace: w.ns, Name: name, Labels: labels,
 			Annotations: map[string]string{gang.GroupNameKey: group, gang.TaskSpecKey: task},
 		},
 		Spec: corev1.PodSpec{
-			SchedulerName: scheduler.SchedulerName,
+			SchedulerName:   scheduler.SchedulerName,
+			SchedulingGates: gates,
 			Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
 				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limitsOf(requests)}}},
 		},
