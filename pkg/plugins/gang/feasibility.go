@@ -333,3 +333,37 @@ func asStringMap(r map[corev1.ResourceName]int64) map[string]int64 {
 	}
 	return out
 }
+
+// checkMinResources is Volcano's minResources pre-check: the cluster's free capacity, summed
+// over nodes, must cover what the PodGroup says its minimum needs. It is cheaper to explain
+// than per-node packing and catches a PodGroup whose pods are not all created yet.
+func checkMinResources(minResources corev1.ResourceList, nodes capacity) feasibility {
+	if len(minResources) == 0 {
+		return feasibility{ok: true}
+	}
+	free := map[corev1.ResourceName]int64{}
+	for i := 0; i < nodes.len(); i++ {
+		for name, v := range nodes.free(i) {
+			if v > 0 {
+				free[name] += v
+			}
+		}
+	}
+	for _, name := range sortedKeys(asStringMap(toValues(minResources))) {
+		rn := corev1.ResourceName(name)
+		want := quantityValue(rn, minResources[rn])
+		if free[rn] < want {
+			return feasibility{message: fmt.Sprintf("the group's minResources ask for %s %s, %s free in the cluster",
+				formatAmount(rn, want), rn, formatAmount(rn, free[rn]))}
+		}
+	}
+	return feasibility{ok: true}
+}
+
+func toValues(rl corev1.ResourceList) map[corev1.ResourceName]int64 {
+	out := make(map[corev1.ResourceName]int64, len(rl))
+	for name, q := range rl {
+		out[name] = quantityValue(name, q)
+	}
+	return out
+}

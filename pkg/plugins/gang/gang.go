@@ -336,6 +336,14 @@ func (g *Gang) PreFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _
 		g.rejectGroup(pg, key, reasonNotEnoughResources, f.message)
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, f.message))
 	}
+	// Packing names the short role, so it goes first; minResources can still refuse a
+	// group whose declared minimum is larger than its pods ask for.
+	if len(placed) == 0 && pg.Spec.MinResources != nil {
+		if f := checkMinResources(*pg.Spec.MinResources, nodes); !f.ok {
+			g.rejectGroup(pg, key, reasonNotEnoughResources, f.message)
+			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, f.message))
+		}
+	}
 	return nil, nil
 }
 

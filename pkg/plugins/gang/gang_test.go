@@ -132,3 +132,12 @@ func TestCompareNaturalOrdersReplicasNumerically(t *testing.T) {
 	assert.Negative(t, compareNatural("decode-1", "prefill-0"))
 	assert.Zero(t, compareNatural("a-1", "a-1"))
 }
+
+func TestMinResourcesPreCheck(t *testing.T) {
+	want := corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("24")}
+	f := checkMinResources(want, gpuNodes(8, 8))
+	require.False(t, f.ok)
+	assert.Equal(t, "the group's minResources ask for 24 nvidia.com/gpu, 16 free in the cluster", f.message)
+	assert.True(t, checkMinResources(want, gpuNodes(8, 8, 8)).ok)
+	assert.True(t, checkMinResources(nil, gpuNodes()).ok)
+}
