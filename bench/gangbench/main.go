@@ -38,9 +38,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
-	"sigs.k8s.io/yaml"
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/pkg/plugins/gang"

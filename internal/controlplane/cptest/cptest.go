@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -60,5 +61,31 @@ func run(m *testing.M, cp **controlplane.ControlPlane, opts controlplane.Options
 		os.Exit(1)
 	}()
 
-	return m.Run()
+	code := m.Run()
+	runBeforeStop()
+	return code
+}
+
+var (
+	beforeStopMu sync.Mutex
+	beforeStop   []func()
+)
+
+// BeforeStop registers f to run after the tests and before the control plane stops. Tests
+// that start long-running clients (a scheduler, a controller manager) stop them here: the
+// apiserver otherwise waits a minute for their open watches before it shuts down.
+func BeforeStop(f func()) {
+	beforeStopMu.Lock()
+	defer beforeStopMu.Unlock()
+	beforeStop = append(beforeStop, f)
+}
+
+func runBeforeStop() {
+	beforeStopMu.Lock()
+	fs := beforeStop
+	beforeStop = nil
+	beforeStopMu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
 }

@@ -98,6 +98,37 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 		groups:   map[string]*groupState{},
 	}
 	g.status = newStatusWriter(vc, g.pgLister, g.pods, handle.EventRecorder())
+	// kube-scheduler 1.37 does not retry gated pods when a sibling pod is added (unless the
+	// GenericWorkload gate is on), so the pods PreEnqueue held back are put back in the
+	// queue here once the group has enough pods.
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == "" {
+				g.activateIfComplete(pod)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("gang: watch pods: %w", err)
+	}
+	// A group's pods often reach the scheduler before its PodGroup does and are held in
+	// PreEnqueue; put them back in the queue as soon as the PodGroup (or a change to its
+	// minimum) arrives, without waiting for the scheduler's periodic flush.
+	if _, err := pgInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pg, ok := obj.(*volcanov1beta1.PodGroup); ok {
+				g.activate(pg.Namespace + "/" + pg.Name)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*volcanov1beta1.PodGroup)
+			n, ok2 := newObj.(*volcanov1beta1.PodGroup)
+			if ok1 && ok2 && o.Generation != n.Generation {
+				g.activate(n.Namespace + "/" + n.Name)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("gang: watch PodGroups: %w", err)
+	}
 
 	factory.Start(ctx.Done())
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
@@ -540,6 +571,22 @@ func (g *Gang) rejectGroup(pg *volcanov1beta1.PodGroup, key, reason, msg string)
 	g.status.unschedulable(pg, reason, msg)
 	if backoff > 0 {
 		time.AfterFunc(backoff, func() { g.activate(key) })
+	}
+}
+
+// activateIfComplete re-queues a group's held-back pods once the pod just added makes the
+// group large enough to meet its minimum.
+func (g *Gang) activateIfComplete(pod *corev1.Pod) {
+	key := groupKeyOf(pod)
+	if key == "" {
+		return
+	}
+	_, req, err := g.podGroup(pod)
+	if err != nil {
+		return
+	}
+	if req.enough(g.groupPods(key)).ok {
+		g.activate(key)
 	}
 }
 

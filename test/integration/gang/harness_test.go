@@ -209,6 +209,8 @@ func (w *world) createGang(group string, minRole map[string]int, roles ...role) 
 	w.t.Helper()
 	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: group}}
 	pg.Spec.MinTaskMember = map[string]int32{}
+	minResources := corev1.ResourceList{}
+	pg.Spec.MinResources = &minResources
 	var pods []*corev1.Pod
 	for _, r := range roles {
 		size := int32(1 + r.workers)
@@ -221,6 +223,12 @@ func (w *world) createGang(group string, minRole map[string]int, roles ...role) 
 			if j < min {
 				pg.Spec.MinTaskMember[task] = size
 				pg.Spec.MinMember += size
+				for k := int32(0); k < size; k++ {
+					minResources[corev1.ResourceCPU] = add(minResources[corev1.ResourceCPU], resource.MustParse(orDefault(r.cpu, "100m")))
+					if r.gpus > 0 {
+						minResources[gpu] = add(minResources[gpu], *resource.NewQuantity(r.gpus, resource.DecimalSI))
+					}
+				}
 			}
 			for k := 0; k <= r.workers; k++ {
 				pods = append(pods, w.gangPod(group, r, task, k))
@@ -268,6 +276,11 @@ func (w *world) gangPod(group string, r role, task string, k int) *corev1.Pod {
 				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limitsOf(requests)}}},
 		},
 	}
+}
+
+func add(a, b resource.Quantity) resource.Quantity {
+	a.Add(b)
+	return a
 }
 
 func limitsOf(requests corev1.ResourceList) corev1.ResourceList {

@@ -1,0 +1,35 @@
+// Command berth-controller runs Berth's reconcilers: ModelServing groups, roles, rollout
+// and recovery. It never picks a node; berth-scheduler (or Volcano) does.
+package main
+
+import (
+	"flag"
+	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/berth-sh/berth/pkg/controller"
+)
+
+func main() {
+	var o controller.Options
+	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
+	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "run one active controller, elected through the lease berth-controller")
+	flag.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "berth-system", "namespace of the leader-election lease")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	mgr, err := controller.NewManager(ctrl.GetConfigOrDie(), o)
+	if err != nil {
+		ctrl.Log.Error(err, "setup failed")
+		os.Exit(1)
+	}
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		ctrl.Log.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}

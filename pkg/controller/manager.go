@@ -1,0 +1,77 @@
+// Package controller assembles berth-controller: a controller-runtime manager with the
+// ModelServing reconciler. cmd/controller, the sandbox and the tests start it through here.
+package controller
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/workload"
+)
+
+// Options configure the manager.
+type Options struct {
+	MetricsAddr      string // "0" disables the metrics server
+	ProbeAddr        string // "" or "0" disables health probes
+	LeaderElection   bool
+	LeaderElectionNS string
+}
+
+// Scheme knows every kind the controller reads or writes.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, workloadv1alpha1.AddToScheme, networkingv1alpha1.AddToScheme, volcanov1beta1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	return s
+}
+
+// NewManager builds the manager with every reconciler registered.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	// Volcano's types are JSON only; controller-runtime negotiates per type, but keep the
+	// default content type JSON so CRD kinds and core kinds share one client setup.
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = ""
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        "berth-controller",
+		LeaderElectionNamespace: o.LeaderElectionNS,
+		// Release the lease on shutdown so a restarted controller takes over at once.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("berth-controller manager: %w", err)
+	}
+	if o.ProbeAddr != "" && o.ProbeAddr != "0" {
+		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+			return nil, err
+		}
+	}
+	if err := (&workload.Reconciler{
+		Client:   mgr.GetClient(),
+		Scheme:   mgr.GetScheme(),
+		Recorder: mgr.GetEventRecorderFor("berth-controller"),
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("ModelServing reconciler: %w", err)
+	}
+	return mgr, nil
+}

@@ -1,0 +1,183 @@
+// Package sim holds the simulated parts of a cluster that tests and the sandbox run instead
+// of real machines: a kubelet that "runs" bound pods.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+)
+
+// Kubelet makes bound pods Running and Ready after StartDelay, with an IP on 127.0.0.0/8,
+// for every node (it stands in for all kubelets at once). Tests use it to fail pods,
+// restart containers and lose nodes.
+type Kubelet struct {
+	client     kubernetes.Interface
+	startDelay time.Duration
+	nextIP     atomic.Uint32
+
+	mu      sync.Mutex
+	started map[string]bool // pod UIDs already being started
+}
+
+// NewKubelet returns a simulated kubelet; call Run to start it.
+func NewKubelet(client kubernetes.Interface, startDelay time.Duration) *Kubelet {
+	return &Kubelet{client: client, startDelay: startDelay, started: map[string]bool{}}
+}
+
+// Run watches pods until ctx ends.
+func (k *Kubelet) Run(ctx context.Context) {
+	factory := informers.NewSharedInformerFactory(k.client, 0)
+	inf := factory.Core().V1().Pods().Informer()
+	handle := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			k.observe(ctx, p)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, n any) { handle(n) }})
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+}
+
+// observe starts a newly bound pod once, and finishes the deletion of a terminating one.
+func (k *Kubelet) observe(ctx context.Context, p *corev1.Pod) {
+	if p.Spec.NodeName != "" && p.DeletionTimestamp != nil {
+		// A kubelet stops the containers, then removes the pod for good; ours stops at once.
+		go func() {
+			err := k.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+				GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				klog.FromContext(ctx).Error(err, "sim kubelet: finish pod deletion", "pod", klog.KObj(p))
+			}
+		}()
+		return
+	}
+	if p.Spec.NodeName == "" || p.Status.Phase != "" && p.Status.Phase != corev1.PodPending {
+		return
+	}
+	k.mu.Lock()
+	if k.started[string(p.UID)] {
+		k.mu.Unlock()
+		return
+	}
+	k.started[string(p.UID)] = true
+	k.mu.Unlock()
+	time.AfterFunc(k.startDelay, func() {
+		if err := k.markRunning(ctx, p.Namespace, p.Name, p.UID); err != nil && !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Error(err, "sim kubelet: start pod", "pod", klog.KObj(p))
+		}
+	})
+}
+
+func (k *Kubelet) ip() string {
+	n := k.nextIP.Add(1)
+	return fmt.Sprintf("127.%d.%d.%d", 1+(n>>16)&0xff, (n>>8)&0xff, 1+n&0xfe)
+}
+
+func (k *Kubelet) markRunning(ctx context.Context, ns, name string, uid any) error {
+	return k.updateStatus(ctx, ns, name, func(p *corev1.Pod) bool {
+		if string(p.UID) != fmt.Sprint(uid) || p.Status.Phase == corev1.PodRunning {
+			return false
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodRunning
+		p.Status.PodIP = k.ip()
+		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+		p.Status.HostIP = "127.0.0.1"
+		p.Status.StartTime = &now
+		p.Status.Conditions = setPodCondition(p.Status.Conditions, corev1.PodReady, corev1.ConditionTrue, now)
+		p.Status.Conditions = setPodCondition(p.Status.Conditions, corev1.ContainersReady, corev1.ConditionTrue, now)
+		p.Status.ContainerStatuses = nil
+		for _, c := range p.Spec.Containers {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+				Name: c.Name, Image: c.Image, Ready: true, Started: ptrTo(true),
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+			})
+		}
+		return true
+	})
+}
+
+// FailPod makes a pod Failed, as when its process exits for good.
+func (k *Kubelet) FailPod(ctx context.Context, ns, name string) error {
+	return k.updateStatus(ctx, ns, name, func(p *corev1.Pod) bool {
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodFailed
+		p.Status.Conditions = setPodCondition(p.Status.Conditions, corev1.PodReady, corev1.ConditionFalse, now)
+		for i := range p.Status.ContainerStatuses {
+			p.Status.ContainerStatuses[i].Ready = false
+			p.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", FinishedAt: now}}
+		}
+		return true
+	})
+}
+
+// RestartContainer restarts the pod's first container: its restartCount grows and the pod
+// stays Running, as a kubelet does after a crash.
+func (k *Kubelet) RestartContainer(ctx context.Context, ns, name string) error {
+	return k.updateStatus(ctx, ns, name, func(p *corev1.Pod) bool {
+		if len(p.Status.ContainerStatuses) == 0 {
+			return false
+		}
+		p.Status.ContainerStatuses[0].RestartCount++
+		return true
+	})
+}
+
+// LoseNode deletes a node and force-deletes its pods, as the node lifecycle and pod
+// garbage collectors do when a machine is gone.
+func (k *Kubelet) LoseNode(ctx context.Context, node string) error {
+	if err := k.client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	pods, err := k.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		err := k.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (k *Kubelet) updateStatus(ctx context.Context, ns, name string, mutate func(*corev1.Pod) bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := k.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !mutate(p) {
+			return nil
+		}
+		_, err = k.client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func setPodCondition(conds []corev1.PodCondition, typ corev1.PodConditionType, status corev1.ConditionStatus, now metav1.Time) []corev1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == typ {
+			if conds[i].Status != status {
+				conds[i].Status, conds[i].LastTransitionTime = status, now
+			}
+			return conds
+		}
+	}
+	return append(conds, corev1.PodCondition{Type: typ, Status: status, LastTransitionTime: now})
+}
+
+func ptrTo[T any](v T) *T { return &v }

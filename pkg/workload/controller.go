@@ -1,0 +1,306 @@
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+)
+
+// Reconciler reconciles ModelServings. It is level-triggered: every pass derives what
+// should exist from the spec and what does exist from the cache, and acts on the difference.
+type Reconciler struct {
+	client.Client
+	Scheme   *runtime.Scheme
+	Recorder record.EventRecorder
+}
+
+// SetupWithManager registers the reconciler and what it watches.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&workloadv1alpha1.ModelServing{}).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.Service{}).
+		Owns(&volcanov1beta1.PodGroup{}).
+		Complete(r)
+}
+
+// Reconcile brings one ModelServing's groups in line with its spec and writes its status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	start := time.Now()
+	defer func() { reconcileSeconds.Observe(time.Since(start).Seconds()) }()
+
+	ms := &workloadv1alpha1.ModelServing{}
+	if err := r.Get(ctx, req.NamespacedName, ms); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if ms.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
+	}
+	revision, err := r.ensureRevision(ctx, ms)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(ms.Namespace),
+		client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	var owned []corev1.Pod
+	for _, p := range pods.Items {
+		if metav1.IsControlledBy(&p, ms) {
+			owned = append(owned, p)
+		}
+	}
+	groups := observeGroups(ms, owned)
+	want := int(ptr.Deref(ms.Spec.Replicas, 1))
+
+	// Scale down: remove the groups that go first until the count is right.
+	if len(groups) > want {
+		for _, idx := range scaleDownOrder(ms, groups)[:len(groups)-want] {
+			if err := r.deleteGroup(ctx, ms, idx, "ScaledDown"); err != nil {
+				return ctrl.Result{}, err
+			}
+			delete(groups, idx)
+		}
+	}
+	// Scale up: new groups take the lowest free ordinals.
+	if len(groups) < want {
+		for _, idx := range freeOrdinals(groups, want-len(groups)) {
+			r.Recorder.Eventf(ms, corev1.EventTypeNormal, "CreateGroup", "creating ServingGroup %s", GroupName(ms.Name, idx))
+			groups[idx] = &servingGroup{index: idx, pods: map[string]*corev1.Pod{}}
+		}
+	}
+	// Every kept group: its PodGroup, Services and every pod it should have.
+	for _, idx := range sortedIndices(groups) {
+		if err := r.ensureGroup(ctx, ms, revision, groups[idx]); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, r.writeStatus(ctx, ms, revision, groups)
+}
+
+func sortedIndices(groups map[int]*servingGroup) []int {
+	idx := make([]int, 0, len(groups))
+	for i := range groups {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	return idx
+}
+
+// ensureGroup creates whatever of group g is missing.
+func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, g *servingGroup) error {
+	if rev := g.revision(); rev != "" {
+		revision = rev // a group keeps its revision until the rollout replaces it
+	}
+	if needsPodGroup(ms) {
+		if err := r.ensurePodGroup(ctx, ms, g.index); err != nil {
+			return err
+		}
+	}
+	for ri := range ms.Spec.Template.Roles {
+		role := &ms.Spec.Template.Roles[ri]
+		for j := 0; j < roleReplicas(role); j++ {
+			if role.WorkerReplicas > 0 {
+				if err := r.createIfMissing(ctx, BuildService(ms, g.index, role, j)); err != nil {
+					return err
+				}
+			}
+			for k := 0; k <= int(role.WorkerReplicas); k++ {
+				name := PodName(ms.Name, g.index, role.Name, j, k)
+				if _, ok := g.pods[name]; ok {
+					continue
+				}
+				pod := BuildPod(ms, revision, g.index, role, j, k)
+				if err := r.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
+					if err := r.removeStale(ctx, ms, pod); err != nil {
+						return err
+					}
+					continue
+				} else if err != nil {
+					return fmt.Errorf("create pod %s: %w", name, err)
+				}
+				g.pods[name] = pod
+			}
+		}
+	}
+	return nil
+}
+
+// removeStale deletes a pod that has our pod's name but another owner: it belongs to a
+// ModelServing of the same name that was deleted, and the garbage collector has not removed
+// it yet. Waiting for the collector would stall a ModelServing recreated at once.
+func (r *Reconciler) removeStale(ctx context.Context, ms *workloadv1alpha1.ModelServing, want *corev1.Pod) error {
+	have := &corev1.Pod{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if metav1.IsControlledBy(have, ms) {
+		return nil // ours; the cache had not caught up
+	}
+	r.Recorder.Eventf(ms, corev1.EventTypeNormal, "DeleteStalePod", "deleting pod %s left by an earlier ModelServing of this name", have.Name)
+	return client.IgnoreNotFound(r.Delete(ctx, have, client.Preconditions{UID: &have.UID}, client.GracePeriodSeconds(0)))
+}
+
+// ensurePodGroup creates the group's PodGroup or brings its spec in step with the ModelServing.
+func (r *Reconciler) ensurePodGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, idx int) error {
+	want := BuildPodGroup(ms, idx)
+	have := &volcanov1beta1.PodGroup{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), have)
+	if apierrors.IsNotFound(err) {
+		return r.createIfMissing(ctx, want)
+	}
+	if err != nil {
+		return err
+	}
+	stale := !metav1.IsControlledBy(have, ms)
+	if equalPodGroupSpec(have.Spec, want.Spec) && !stale {
+		return nil
+	}
+	if stale {
+		// Left by a deleted ModelServing of this name: adopt it rather than wait for the
+		// garbage collector.
+		have.OwnerReferences = want.OwnerReferences
+	}
+	// Keep fields another component owns (queue, priority) and replace ours.
+	have.Spec.MinMember = want.Spec.MinMember
+	have.Spec.MinTaskMember = want.Spec.MinTaskMember
+	have.Spec.MinResources = want.Spec.MinResources
+	have.Spec.NetworkTopology = want.Spec.NetworkTopology
+	have.Spec.SubGroupPolicy = want.Spec.SubGroupPolicy
+	return r.Update(ctx, have)
+}
+
+func equalPodGroupSpec(a, b volcanov1beta1.PodGroupSpec) bool {
+	ja, _ := json.Marshal([]any{a.MinMember, a.MinTaskMember, a.MinResources, a.NetworkTopology, a.SubGroupPolicy})
+	jb, _ := json.Marshal([]any{b.MinMember, b.MinTaskMember, b.MinResources, b.NetworkTopology, b.SubGroupPolicy})
+	return string(ja) == string(jb)
+}
+
+func (r *Reconciler) createIfMissing(ctx context.Context, obj client.Object) error {
+	if err := r.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}
+
+// deleteGroup removes a group's pods, Services and PodGroup.
+func (r *Reconciler) deleteGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, idx int, reason string) error {
+	group := GroupName(ms.Name, idx)
+	r.Recorder.Eventf(ms, corev1.EventTypeNormal, reason, "deleting ServingGroup %s", group)
+	sel := client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name, workloadv1alpha1.GroupNameLabel: group}
+	if err := r.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ms.Namespace), sel); err != nil {
+		return err
+	}
+	var svcs corev1.ServiceList
+	if err := r.List(ctx, &svcs, client.InNamespace(ms.Namespace), sel); err != nil {
+		return err
+	}
+	for i := range svcs.Items {
+		if err := r.Delete(ctx, &svcs.Items[i]); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ms.Namespace, Name: group}}
+	return client.IgnoreNotFound(r.Delete(ctx, pg))
+}
+
+// ensureRevision records the template as a ControllerRevision and returns its hash.
+func (r *Reconciler) ensureRevision(ctx context.Context, ms *workloadv1alpha1.ModelServing) (string, error) {
+	raw, err := json.Marshal(ms.Spec.Template)
+	if err != nil {
+		return "", err
+	}
+	h := fnv.New32a()
+	_, _ = h.Write(raw)
+	hash := rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
+	cr := &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ms.Namespace, Name: fmt.Sprintf("%s-%s", ms.Name, hash),
+			Labels:          map[string]string{workloadv1alpha1.ModelServingNameLabel: ms.Name, workloadv1alpha1.RevisionLabel: hash},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(ms)},
+		},
+		Data:     runtime.RawExtension{Raw: raw},
+		Revision: ms.Generation,
+	}
+	return hash, r.createIfMissing(ctx, cr)
+}
+
+// writeStatus derives the status from the groups and writes it when it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup) error {
+	want := int32(ptr.Deref(ms.Spec.Replicas, 1))
+	st := ms.Status.DeepCopy()
+	st.ObservedGeneration = ms.Generation
+	st.Replicas = int32(len(groups))
+	st.UpdatedReplicas, st.AvailableReplicas, st.CurrentReplicas = 0, 0, 0
+	for _, g := range groups {
+		rev := g.revision()
+		if rev == revision || len(g.pods) == 0 {
+			st.UpdatedReplicas++
+		} else {
+			st.CurrentReplicas++
+		}
+		if g.ready(ms) {
+			st.AvailableReplicas++
+		}
+	}
+	if st.CurrentReplicas == 0 {
+		st.CurrentReplicas = st.UpdatedReplicas
+		st.CurrentRevision = revision
+	}
+	st.UpdateRevision = revision
+	st.LabelSelector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: map[string]string{
+		workloadv1alpha1.ModelServingNameLabel: ms.Name, workloadv1alpha1.EntryLabel: "true"}})
+
+	setCondition(st, workloadv1alpha1.ModelServingAvailable, st.AvailableReplicas >= want,
+		"AllGroupsReady", fmt.Sprintf("%d/%d ServingGroups ready", st.AvailableReplicas, want),
+		"GroupsNotReady", fmt.Sprintf("%d/%d ServingGroups ready", st.AvailableReplicas, want), ms.Generation)
+	setCondition(st, workloadv1alpha1.ModelServingProgressing, st.AvailableReplicas < want || st.Replicas != want,
+		"GroupsStarting", fmt.Sprintf("%d of %d ServingGroups are not ready yet", want-min(want, st.AvailableReplicas), want),
+		"Stable", "every ServingGroup is ready", ms.Generation)
+	setCondition(st, workloadv1alpha1.ModelServingUpdateInProgress, st.UpdatedReplicas < st.Replicas,
+		"RollingUpdate", fmt.Sprintf("%d/%d ServingGroups on revision %s", st.UpdatedReplicas, st.Replicas, revision),
+		"UpToDate", fmt.Sprintf("every ServingGroup is on revision %s", revision), ms.Generation)
+
+	groupsByState.WithLabelValues(ms.Namespace, ms.Name, "available").Set(float64(st.AvailableReplicas))
+	groupsByState.WithLabelValues(ms.Namespace, ms.Name, "unavailable").Set(float64(st.Replicas - st.AvailableReplicas))
+
+	if equalStatus(&ms.Status, st) {
+		return nil
+	}
+	patch := client.MergeFrom(ms.DeepCopy())
+	ms.Status = *st
+	return r.Status().Patch(ctx, ms, patch)
+}
+
+func setCondition(st *workloadv1alpha1.ModelServingStatus, typ string, ok bool, trueReason, trueMsg, falseReason, falseMsg string, gen int64) {
+	c := metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: falseReason, Message: falseMsg, ObservedGeneration: gen}
+	if ok {
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, trueReason, trueMsg
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
+}
+
+func equalStatus(a, b *workloadv1alpha1.ModelServingStatus) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}

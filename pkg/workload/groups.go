@@ -1,0 +1,112 @@
+package workload
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+)
+
+// servingGroup is what exists of one ServingGroup: its pods, observed from the cache.
+type servingGroup struct {
+	index int
+	pods  map[string]*corev1.Pod // by name
+}
+
+// observeGroups sorts a ModelServing's pods into its groups by the group-name label.
+func observeGroups(ms *workloadv1alpha1.ModelServing, pods []corev1.Pod) map[int]*servingGroup {
+	groups := map[int]*servingGroup{}
+	for i := range pods {
+		p := &pods[i]
+		idx, ok := groupIndex(ms.Name, p.Labels[workloadv1alpha1.GroupNameLabel])
+		if !ok {
+			continue
+		}
+		g := groups[idx]
+		if g == nil {
+			g = &servingGroup{index: idx, pods: map[string]*corev1.Pod{}}
+			groups[idx] = g
+		}
+		g.pods[p.Name] = p
+	}
+	return groups
+}
+
+// expectedPods is the number of pods a complete group has.
+func expectedPods(ms *workloadv1alpha1.ModelServing) int {
+	n := 0
+	for i := range ms.Spec.Template.Roles {
+		r := &ms.Spec.Template.Roles[i]
+		n += roleReplicas(r) * (1 + int(r.WorkerReplicas))
+	}
+	return n
+}
+
+// revision is the ControllerRevision hash the group's pods were created from ("" if mixed).
+func (g *servingGroup) revision() string {
+	rev := ""
+	for _, p := range g.pods {
+		r := p.Labels[workloadv1alpha1.RevisionLabel]
+		if rev == "" {
+			rev = r
+		} else if r != rev {
+			return ""
+		}
+	}
+	return rev
+}
+
+// ready says whether every pod of a complete group is Ready: the group can serve.
+func (g *servingGroup) ready(ms *workloadv1alpha1.ModelServing) bool {
+	if len(g.pods) != expectedPods(ms) {
+		return false
+	}
+	for _, p := range g.pods {
+		if p.DeletionTimestamp != nil || !podReady(p) {
+			return false
+		}
+	}
+	return true
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// scaleDownOrder lists groups in the order they are removed: not-ready groups first, then
+// the highest ordinal, so scaling down never takes away a serving group while a broken one
+// remains.
+func scaleDownOrder(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup) []int {
+	idx := make([]int, 0, len(groups))
+	for i := range groups {
+		idx = append(idx, i)
+	}
+	sort.Slice(idx, func(a, b int) bool {
+		ra, rb := groups[idx[a]].ready(ms), groups[idx[b]].ready(ms)
+		if ra != rb {
+			return !ra
+		}
+		return idx[a] > idx[b]
+	})
+	return idx
+}
+
+// freeOrdinals returns the n lowest ordinals no group uses.
+func freeOrdinals(groups map[int]*servingGroup, n int) []int {
+	var out []int
+	for i := 0; len(out) < n; i++ {
+		if _, used := groups[i]; !used {
+			out = append(out, i)
+		}
+	}
+	return out
+}

@@ -1,0 +1,23 @@
+package workload
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics on the controller manager's /metrics endpoint.
+var (
+	reconcileSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "berth_modelserving_reconcile_seconds",
+		Help:    "Time one ModelServing reconcile pass takes.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+	})
+	groupsByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_modelserving_groups",
+		Help: "ServingGroups of each ModelServing by state (available, unavailable).",
+	}, []string{"namespace", "modelserving", "state"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(reconcileSeconds, groupsByState)
+}

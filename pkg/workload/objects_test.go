@@ -1,0 +1,108 @@
+package workload
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+)
+
+func gpuTemplate(n string) workloadv1alpha1.PodTemplateSpec {
+	return workloadv1alpha1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "vllm", Image: "vllm",
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}},
+	}}}}
+}
+
+// 1 prefill (4 GPUs) + 3 decode replicas of an entry and 1 worker (8 GPUs each), of which
+// the gang minimum counts 2.
+func pdServing() *workloadv1alpha1.ModelServing {
+	worker := gpuTemplate("8")
+	return &workloadv1alpha1.ModelServing{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "qwen", UID: "uid-1"},
+		Spec: workloadv1alpha1.ModelServingSpec{
+			SchedulerName: "berth-scheduler",
+			Template: workloadv1alpha1.ServingGroup{
+				GangPolicy:      &workloadv1alpha1.GangPolicy{MinRoleReplicas: map[string]int32{"decode": 2}},
+				NetworkTopology: &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierAllowed: ptr.To(1)},
+				Roles: []workloadv1alpha1.Role{
+					{Name: "prefill", Replicas: ptr.To[int32](1), EntryTemplate: gpuTemplate("4")},
+					{Name: "decode", Replicas: ptr.To[int32](3), EntryTemplate: gpuTemplate("8"), WorkerReplicas: 1, WorkerTemplate: &worker},
+				},
+			},
+		},
+	}
+}
+
+func TestBuildPodGroupFollowsTheContract(t *testing.T) {
+	pg := BuildPodGroup(pdServing(), 2)
+	assert.Equal(t, "qwen-2", pg.Name)
+	assert.Equal(t, map[string]int32{"prefill-0": 1, "decode-0": 2, "decode-1": 2}, pg.Spec.MinTaskMember)
+	assert.Equal(t, int32(5), pg.Spec.MinMember)
+	require.NotNil(t, pg.Spec.MinResources)
+	gpus := (*pg.Spec.MinResources)["nvidia.com/gpu"]
+	assert.Equal(t, "36", gpus.String(), "4 + 2 replicas x (8 + 8)")
+	require.Len(t, pg.Spec.SubGroupPolicy, 1)
+	assert.Equal(t, int32(2), *pg.Spec.SubGroupPolicy[0].SubGroupSize)
+	assert.Equal(t, []string{workloadv1alpha1.RoleIDLabel}, pg.Spec.SubGroupPolicy[0].MatchLabelKeys)
+	assert.Equal(t, 1, *pg.Spec.NetworkTopology.HighestTierAllowed)
+	require.Len(t, pg.OwnerReferences, 1)
+	assert.Equal(t, "qwen", pg.OwnerReferences[0].Name)
+	assert.True(t, *pg.OwnerReferences[0].Controller)
+}
+
+func TestBuildPodWiresWorkersToTheirEntry(t *testing.T) {
+	ms := pdServing()
+	pod := BuildPod(ms, "rev1", 2, &ms.Spec.Template.Roles[1], 1, 1)
+	assert.Equal(t, "qwen-2-decode-1-1", pod.Name)
+	assert.Equal(t, map[string]string{
+		workloadv1alpha1.ModelServingNameLabel: "qwen",
+		workloadv1alpha1.GroupNameLabel:        "qwen-2",
+		workloadv1alpha1.RoleLabel:             "decode",
+		workloadv1alpha1.RoleIDLabel:           "decode-1",
+		workloadv1alpha1.RevisionLabel:         "rev1",
+	}, pod.Labels)
+	assert.Equal(t, "qwen-2", pod.Annotations["scheduling.k8s.io/group-name"])
+	assert.Equal(t, "decode-1", pod.Annotations["volcano.sh/task-spec"])
+	assert.Equal(t, "berth-scheduler", pod.Spec.SchedulerName)
+	assert.Equal(t, "qwen-2-decode-1", pod.Spec.Subdomain)
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	assert.Equal(t, map[string]string{"GROUP_SIZE": "2", "ENTRY_ADDRESS": "qwen-2-decode-1-0.qwen-2-decode-1.ns.svc", "WORKER_INDEX": "1"}, env)
+
+	entry := BuildPod(ms, "rev1", 2, &ms.Spec.Template.Roles[1], 1, 0)
+	assert.Equal(t, "true", entry.Labels[workloadv1alpha1.EntryLabel])
+}
+
+func TestNoPodGroupForTheDefaultScheduler(t *testing.T) {
+	ms := pdServing()
+	ms.Spec.SchedulerName = ""
+	assert.False(t, needsPodGroup(ms))
+	pod := BuildPod(ms, "rev1", 0, &ms.Spec.Template.Roles[0], 0, 0)
+	assert.NotContains(t, pod.Annotations, "scheduling.k8s.io/group-name")
+	assert.Empty(t, pod.Spec.SchedulerName)
+}
+
+func TestScaleDownRemovesNotReadyGroupsFirstThenHighestOrdinal(t *testing.T) {
+	ms := pdServing()
+	ready := func(i int) *servingGroup {
+		g := &servingGroup{index: i, pods: map[string]*corev1.Pod{}}
+		for n := 0; n < expectedPods(ms); n++ {
+			g.pods[string(rune('a'+n))] = &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning,
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+		}
+		return g
+	}
+	groups := map[int]*servingGroup{0: ready(0), 1: {index: 1, pods: map[string]*corev1.Pod{}}, 2: ready(2), 3: ready(3)}
+	assert.Equal(t, []int{1, 3, 2, 0}, scaleDownOrder(ms, groups))
+	assert.Equal(t, []int{4, 5}, freeOrdinals(groups, 2))
+}

@@ -1,0 +1,185 @@
+// Package modelserving runs berth-controller, berth-scheduler and the simulated kubelet
+// in-process against a real apiserver and checks what a ModelServing user sees.
+package modelserving
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/pkg/scheduler"
+	"github.com/berth-sh/berth/pkg/sim"
+)
+
+var cp *controlplane.ControlPlane
+
+func TestMain(m *testing.M) { cptest.Main(m, &cp) }
+
+// The scheduler, the controller and the simulated kubelet are shared by the package's tests
+// (started on first use); each test works in its own namespace on its own nodes.
+var (
+	startOnce sync.Once
+	kubelet   *sim.Kubelet
+	kube      kubernetes.Interface
+	cl        client.Client
+	nsCount   atomic.Int32
+)
+
+const gpu = corev1.ResourceName("nvidia.com/gpu")
+
+func startSystem(t *testing.T) {
+	startOnce.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		var running sync.WaitGroup
+		cptest.BeforeStop(func() { cancel(); running.Wait() })
+		cfg := cp.RESTConfig()
+		kube = kubernetes.NewForConfigOrDie(cfg)
+		jsonCfg := cp.RESTConfig()
+		jsonCfg.ContentType = "" // CRD kinds are JSON only
+		var err error
+		cl, err = client.New(jsonCfg, client.Options{Scheme: controller.Scheme()})
+		require.NoError(t, err)
+
+		dir, err := os.MkdirTemp("", "berth-ms-test")
+		require.NoError(t, err)
+		kubeconfig := filepath.Join(dir, "kubeconfig")
+		require.NoError(t, cp.WriteKubeconfig(kubeconfig))
+		raw, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "scheduler", "config.yaml"))
+		require.NoError(t, err)
+		var sc map[string]any
+		require.NoError(t, yaml.Unmarshal(raw, &sc))
+		sc["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 500, "burst": 1000}
+		sc["leaderElection"] = map[string]any{"leaderElect": false}
+		out, err := yaml.Marshal(sc)
+		require.NoError(t, err)
+		configFile := filepath.Join(dir, "scheduler.yaml")
+		require.NoError(t, os.WriteFile(configFile, out, 0o600))
+		running.Add(3)
+		go func() {
+			defer running.Done()
+			if err := scheduler.Run(ctx, scheduler.Options{ConfigFile: configFile}); err != nil && ctx.Err() == nil {
+				panic(fmt.Sprintf("berth-scheduler exited: %v", err))
+			}
+		}()
+
+		mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0"})
+		require.NoError(t, err)
+		go func() { defer running.Done(); _ = mgr.Start(ctx) }()
+
+		kubelet = sim.NewKubelet(kube, 200*time.Millisecond)
+		go func() { defer running.Done(); kubelet.Run(ctx) }()
+	})
+}
+
+type world struct {
+	t   *testing.T
+	ctx context.Context
+	ns  string
+}
+
+func newWorld(t *testing.T, gpuNodes int) *world {
+	startSystem(t)
+	w := &world{t: t, ctx: context.Background(), ns: fmt.Sprintf("ms-%d", nsCount.Add(1))}
+	_, err := kube.CoreV1().Namespaces().Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for i := 0; i < gpuNodes; i++ {
+		w.addNode(fmt.Sprintf("gpu-%d", i))
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			w.dump()
+		}
+		zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+		_ = cl.DeleteAllOf(context.Background(), &workloadv1alpha1.ModelServing{}, client.InNamespace(w.ns))
+		_ = kube.CoreV1().Pods(w.ns).DeleteCollection(context.Background(), zero, metav1.ListOptions{})
+		_ = kube.CoreV1().Nodes().DeleteCollection(context.Background(), zero, metav1.ListOptions{LabelSelector: "berth.test/owner=" + w.ns})
+	})
+	return w
+}
+
+// addNode adds an 8-GPU node.
+func (w *world) addNode(name string) {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), gpu: resource.MustParse("8"),
+	}
+	_, err := kube.CoreV1().Nodes().Create(w.ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-" + name, Labels: map[string]string{"berth.test/owner": w.ns}},
+		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+	}, metav1.CreateOptions{})
+	require.NoError(w.t, err)
+}
+
+func (w *world) apply(manifest string) *workloadv1alpha1.ModelServing {
+	w.t.Helper()
+	ms := &workloadv1alpha1.ModelServing{}
+	require.NoError(w.t, yaml.UnmarshalStrict([]byte(manifest), ms))
+	ms.Namespace = w.ns
+	require.NoError(w.t, cl.Create(w.ctx, ms))
+	return ms
+}
+
+func (w *world) get(name string) *workloadv1alpha1.ModelServing {
+	w.t.Helper()
+	ms := &workloadv1alpha1.ModelServing{}
+	require.NoError(w.t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, ms))
+	return ms
+}
+
+func (w *world) pods(selector map[string]string) []corev1.Pod {
+	w.t.Helper()
+	var list corev1.PodList
+	require.NoError(w.t, cl.List(w.ctx, &list, client.InNamespace(w.ns), client.MatchingLabels(selector)))
+	return list.Items
+}
+
+func (w *world) eventually(what string, timeout time.Duration, cond func() bool) {
+	w.t.Helper()
+	err := wait.PollUntilContextTimeout(w.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
+	require.NoError(w.t, err, "timed out after %s waiting until %s", timeout, what)
+}
+
+type metav1Condition = metav1.Condition
+
+func metav1IsControlledBy(obj metav1.Object, owner metav1.Object) bool {
+	return metav1.IsControlledBy(obj, owner)
+}
+
+// dump logs the ModelServings and pods so a failed run explains itself.
+func (w *world) dump() {
+	var list workloadv1alpha1.ModelServingList
+	if err := cl.List(context.Background(), &list, client.InNamespace(w.ns)); err == nil {
+		for _, ms := range list.Items {
+			w.t.Logf("modelserving %s gen=%d status=%+v", ms.Name, ms.Generation, ms.Status)
+		}
+	}
+	pods, _ := kube.CoreV1().Pods(w.ns).List(context.Background(), metav1.ListOptions{})
+	for _, p := range pods.Items {
+		sched := ""
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled {
+				sched = c.Reason + " " + c.Message
+			}
+		}
+		w.t.Logf("pod %s node=%q phase=%s %s", p.Name, p.Spec.NodeName, p.Status.Phase, sched)
+	}
+}

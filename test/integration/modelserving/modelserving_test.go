@@ -1,0 +1,177 @@
+package modelserving
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+)
+
+// pd is 1 prefill + 2 decode per group, decode with 1 worker: 5 pods of 1 GPU per group.
+func pd(name, scheduler string, replicas int) string {
+	return fmt.Sprintf(`
+metadata: {name: %s}
+spec:
+  replicas: %d
+  schedulerName: %s
+  template:
+    roles:
+    - name: prefill
+      replicas: 1
+      entryTemplate:
+        spec:
+          containers: [{name: vllm, image: vllm, resources: {requests: {nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
+    - name: decode
+      replicas: 2
+      workerReplicas: 1
+      entryTemplate:
+        spec:
+          containers: [{name: vllm, image: vllm, resources: {requests: {nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
+      workerTemplate:
+        spec:
+          containers: [{name: vllm, image: vllm, resources: {requests: {nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}}]
+`, name, replicas, scheduler)
+}
+
+func (w *world) availableWith(name string, replicas int32) func() bool {
+	return func() bool {
+		ms := w.get(name)
+		st := ms.Status
+		return st.ObservedGeneration == ms.Generation && st.Replicas == replicas && st.AvailableReplicas == replicas &&
+			st.UpdatedReplicas == replicas && len(w.pods(map[string]string{workloadv1alpha1.ModelServingNameLabel: name})) == int(replicas)*5
+	}
+}
+
+// 3 groups of 1 prefill + 2 decode (decode with 1 worker) reach Available with exact counts,
+// pods named, labelled and wired as the contract says.
+func TestGroupsReachAvailable(t *testing.T) {
+	w := newWorld(t, 2)
+	w.apply(pd("llm", "berth-scheduler", 3))
+	w.eventually("3 groups are available", 60*time.Second, w.availableWith("llm", 3))
+
+	ms := w.get("llm")
+	cond := findCondition(ms.Status.Conditions, workloadv1alpha1.ModelServingAvailable)
+	require.NotNil(t, cond)
+	assert.Equal(t, "True", string(cond.Status))
+	assert.Equal(t, "3/3 ServingGroups ready", cond.Message)
+
+	pods := w.pods(map[string]string{workloadv1alpha1.ModelServingNameLabel: "llm"})
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Name)
+		assert.Equal(t, "berth-scheduler", p.Spec.SchedulerName)
+		assert.NotEmpty(t, p.Spec.NodeName)
+	}
+	sort.Strings(names)
+	assert.Contains(t, names, "llm-2-decode-1-1")
+	assert.Contains(t, names, "llm-0-prefill-0-0")
+
+	worker := podNamed(pods, "llm-1-decode-0-1")
+	require.NotNil(t, worker)
+	assert.Equal(t, map[string]string{"GROUP_SIZE": "2", "ENTRY_ADDRESS": "llm-1-decode-0-0.llm-1-decode-0." + w.ns + ".svc", "WORKER_INDEX": "1"}, envOf(worker))
+	assert.Equal(t, "decode-0", worker.Labels[workloadv1alpha1.RoleIDLabel])
+	assert.Equal(t, "llm-1", worker.Annotations["scheduling.k8s.io/group-name"])
+	assert.Equal(t, "decode-0", worker.Annotations["volcano.sh/task-spec"])
+}
+
+// Scaling through spec.replicas: 3 → 5 → 2, with exact counts at each step.
+func TestScale(t *testing.T) {
+	w := newWorld(t, 4)
+	w.apply(pd("llm", "berth-scheduler", 3))
+	w.eventually("3 groups are available", 60*time.Second, w.availableWith("llm", 3))
+
+	for _, n := range []int32{5, 2} {
+		ms := w.get("llm")
+		ms.Spec.Replicas = ptr.To(n)
+		require.NoError(t, cl.Update(w.ctx, ms))
+		w.eventually(fmt.Sprintf("%d groups are available", n), 60*time.Second, w.availableWith("llm", n))
+	}
+	// Scale-down removed the highest ordinals.
+	groups := map[string]bool{}
+	for _, p := range w.pods(map[string]string{workloadv1alpha1.ModelServingNameLabel: "llm"}) {
+		groups[p.Labels[workloadv1alpha1.GroupNameLabel]] = true
+	}
+	assert.Equal(t, map[string]bool{"llm-0": true, "llm-1": true}, groups)
+}
+
+// schedulerName volcano yields one PodGroup per ServingGroup with exactly DESIGN.md's fields.
+func TestVolcanoPodGroups(t *testing.T) {
+	w := newWorld(t, 0)
+	ms := w.apply(pd("vc", "volcano", 2))
+	pg := &volcanov1beta1.PodGroup{}
+	w.eventually("PodGroups exist", 30*time.Second, func() bool {
+		return cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "vc-1"}, pg) == nil
+	})
+	assert.Equal(t, int32(5), pg.Spec.MinMember)
+	assert.Equal(t, map[string]int32{"prefill-0": 1, "decode-0": 2, "decode-1": 2}, pg.Spec.MinTaskMember)
+	require.NotNil(t, pg.Spec.MinResources)
+	assert.Equal(t, "5", ptr.To((*pg.Spec.MinResources)[gpu]).String())
+	require.Len(t, pg.Spec.SubGroupPolicy, 1)
+	sg := pg.Spec.SubGroupPolicy[0]
+	assert.Equal(t, "decode", sg.Name)
+	assert.Equal(t, int32(2), *sg.SubGroupSize)
+	assert.Equal(t, int32(0), *sg.MinSubGroups)
+	assert.Equal(t, []string{workloadv1alpha1.RoleIDLabel}, sg.MatchLabelKeys)
+	assert.True(t, metav1IsControlledBy(pg, ms), "the PodGroup is owned by the ModelServing")
+	// Volcano is not running here: no pod is bound, and the pods name volcano.
+	for _, p := range w.pods(map[string]string{workloadv1alpha1.GroupNameLabel: "vc-1"}) {
+		assert.Equal(t, "volcano", p.Spec.SchedulerName)
+	}
+}
+
+// Delete a ModelServing and recreate it at once under the same name: it comes up without a
+// stall, even though its old pods are still there (no garbage collector runs here).
+func TestDeleteAndRecreate(t *testing.T) {
+	w := newWorld(t, 2)
+	w.apply(pd("again", "berth-scheduler", 1))
+	w.eventually("the first one is available", 60*time.Second, w.availableWith("again", 1))
+	require.NoError(t, cl.Delete(w.ctx, w.get("again")))
+	second := w.apply(pd("again", "berth-scheduler", 1))
+	w.eventually("the second one is available", 60*time.Second, func() bool {
+		ms := w.get("again")
+		if ms.UID != second.UID || ms.Status.AvailableReplicas != 1 {
+			return false
+		}
+		for _, p := range w.pods(map[string]string{workloadv1alpha1.ModelServingNameLabel: "again"}) {
+			if !metav1IsControlledBy(&p, ms) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func findCondition(conds []metav1Condition, typ string) *metav1Condition {
+	for i := range conds {
+		if conds[i].Type == typ {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
+	for i := range pods {
+		if pods[i].Name == name {
+			return &pods[i]
+		}
+	}
+	return nil
+}
+
+func envOf(p *corev1.Pod) map[string]string {
+	out := map[string]string{}
+	for _, e := range p.Spec.Containers[0].Env {
+		out[e.Name] = e.Value
+	}
+	return out
+}
