@@ -130,7 +130,11 @@ func (k *Kubelet) RestartContainer(ctx context.Context, ns, name string) error {
 		if len(p.Status.ContainerStatuses) == 0 {
 			return false
 		}
-		p.Status.ContainerStatuses[0].RestartCount++
+		now := metav1.Now()
+		c := &p.Status.ContainerStatuses[0]
+		c.RestartCount++
+		c.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", FinishedAt: now}}
+		c.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
 		return true
 	})
 }

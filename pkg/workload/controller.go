@@ -88,13 +88,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			groups[idx] = &servingGroup{index: idx, pods: map[string]*corev1.Pod{}}
 		}
 	}
-	// Every kept group: its PodGroup, Services and every pod it should have.
+	// Every kept group: its PodGroup, Services, every pod it should have, and recovery.
+	var requeue time.Duration
 	for _, idx := range sortedIndices(groups) {
-		if err := r.ensureGroup(ctx, ms, revision, groups[idx]); err != nil {
+		wait, err := r.ensureGroup(ctx, ms, revision, groups[idx])
+		if err != nil {
 			return ctrl.Result{}, err
 		}
+		if wait > 0 && (requeue == 0 || wait < requeue) {
+			requeue = wait
+		}
 	}
-	return ctrl.Result{}, r.writeStatus(ctx, ms, revision, groups)
+	return ctrl.Result{RequeueAfter: requeue}, r.writeStatus(ctx, ms, revision, groups)
 }
 
 func sortedIndices(groups map[int]*servingGroup) []int {
@@ -106,43 +111,60 @@ func sortedIndices(groups map[int]*servingGroup) []int {
 	return idx
 }
 
-// ensureGroup creates whatever of group g is missing.
-func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, g *servingGroup) error {
+// ensureGroup creates whatever of group g is missing and applies the recovery policy to
+// what is broken. It returns how soon to look again when a recovery waits out its grace period.
+func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, g *servingGroup) (time.Duration, error) {
 	if rev := g.revision(); rev != "" {
 		revision = rev // a group keeps its revision until the rollout replaces it
 	}
 	if needsPodGroup(ms) {
 		if err := r.ensurePodGroup(ctx, ms, g.index); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	for ri := range ms.Spec.Template.Roles {
-		role := &ms.Spec.Template.Roles[ri]
-		for j := 0; j < roleReplicas(role); j++ {
-			if role.WorkerReplicas > 0 {
-				if err := r.createIfMissing(ctx, BuildService(ms, g.index, role, j)); err != nil {
-					return err
-				}
-			}
-			for k := 0; k <= int(role.WorkerReplicas); k++ {
-				name := PodName(ms.Name, g.index, role.Name, j, k)
-				if _, ok := g.pods[name]; ok {
-					continue
-				}
-				pod := BuildPod(ms, revision, g.index, role, j, k)
-				if err := r.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
-					if err := r.removeStale(ctx, ms, pod); err != nil {
-						return err
-					}
-					continue
-				} else if err != nil {
-					return fmt.Errorf("create pod %s: %w", name, err)
-				}
-				g.pods[name] = pod
+	units := groupUnits(ms, g)
+	plan := planRecovery(ms, g, units, time.Now())
+	if plan.wait > 0 {
+		return plan.wait, nil
+	}
+	for _, d := range plan.deletions {
+		r.Recorder.Eventf(ms, corev1.EventTypeWarning, d.reason, "%s", d.message)
+		recoveries.WithLabelValues(d.reason).Inc()
+		for _, p := range d.pods {
+			if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+				return 0, err
 			}
 		}
 	}
-	return nil
+	if len(plan.deletions) > 0 {
+		return 0, nil // recreate on a later pass, once every deleted pod is gone
+	}
+	for _, u := range units {
+		if u.role.WorkerReplicas > 0 {
+			if err := r.createIfMissing(ctx, BuildService(ms, g.index, u.role, u.replica)); err != nil {
+				return 0, err
+			}
+		}
+		if u.terminating() {
+			continue // a unit starts together: wait until its old pods are gone
+		}
+		for k, name := range u.names {
+			if _, ok := g.pods[name]; ok {
+				continue
+			}
+			pod := BuildPod(ms, revision, g.index, u.role, u.replica, k)
+			if err := r.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
+				if err := r.removeStale(ctx, ms, pod); err != nil {
+					return 0, err
+				}
+				continue
+			} else if err != nil {
+				return 0, fmt.Errorf("create pod %s: %w", name, err)
+			}
+			g.pods[name] = pod
+		}
+	}
+	return 0, nil
 }
 
 // removeStale deletes a pod that has our pod's name but another owner: it belongs to a

@@ -12,6 +12,10 @@ var (
 		Help:    "Time one ModelServing reconcile pass takes.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 	})
+	recoveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_modelserving_recoveries_total",
+		Help: "Recovery decisions taken, by kind (ReplacePod, RecreateRole, RecreateGroup).",
+	}, []string{"decision"})
 	groupsByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "berth_modelserving_groups",
 		Help: "ServingGroups of each ModelServing by state (available, unavailable).",
@@ -19,5 +23,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(reconcileSeconds, groupsByState)
+	metrics.Registry.MustRegister(reconcileSeconds, groupsByState, recoveries)
 }

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -105,4 +106,24 @@ func TestScaleDownRemovesNotReadyGroupsFirstThenHighestOrdinal(t *testing.T) {
 	groups := map[int]*servingGroup{0: ready(0), 1: {index: 1, pods: map[string]*corev1.Pod{}}, 2: ready(2), 3: ready(3)}
 	assert.Equal(t, []int{1, 3, 2, 0}, scaleDownOrder(ms, groups))
 	assert.Equal(t, []int{4, 5}, freeOrdinals(groups, 2))
+}
+
+func TestRecoveryWaitsOutTheGracePeriod(t *testing.T) {
+	ms := pdServing()
+	ms.Spec.RecoveryPolicy = workloadv1alpha1.RoleRecreate
+	ms.Spec.Template.RestartGracePeriodSeconds = ptr.To[int64](30)
+	now := time.Now()
+	failed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: PodName("qwen", 0, "prefill", 0, 0)},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{FinishedAt: metav1.NewTime(now.Add(-10 * time.Second))}}}}}}
+	g := &servingGroup{index: 0, pods: map[string]*corev1.Pod{failed.Name: failed}}
+
+	plan := planRecovery(ms, g, groupUnits(ms, g), now)
+	assert.Empty(t, plan.deletions, "inside the grace period nothing is recreated")
+	assert.InDelta(t, 20*time.Second, plan.wait, float64(time.Second))
+
+	plan = planRecovery(ms, g, groupUnits(ms, g), now.Add(25*time.Second))
+	require.Len(t, plan.deletions, 1)
+	assert.Equal(t, "RecreateRole", plan.deletions[0].reason)
+	assert.Contains(t, plan.deletions[0].message, "pod qwen-0-prefill-0-0 failed")
 }

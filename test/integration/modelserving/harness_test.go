@@ -183,3 +183,5 @@ func (w *world) dump() {
 		w.t.Logf("pod %s node=%q phase=%s %s", p.Name, p.Spec.NodeName, p.Status.Phase, sched)
 	}
 }
+
+var metav1GetOptions = metav1.GetOptions{}
