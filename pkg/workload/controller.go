@@ -70,20 +70,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	groups := observeGroups(ms, owned)
-	want := int(ptr.Deref(ms.Spec.Replicas, 1))
 
-	// Scale down: remove the groups that go first until the count is right.
-	if len(groups) > want {
-		for _, idx := range scaleDownOrder(ms, groups)[:len(groups)-want] {
+	// Rollout: replace groups on an old revision within maxUnavailable and maxSurge.
+	remove, allowed := rolloutStep(ms, groups, revision, budgetFor(ms))
+	for _, idx := range remove {
+		if err := r.deleteGroup(ctx, ms, idx, "RollingUpdate"); err != nil {
+			return ctrl.Result{}, err
+		}
+		delete(groups, idx)
+	}
+	// Scale down: remove the groups that go first until the count is right (a rollout may
+	// keep up to maxSurge extra groups while it runs).
+	if len(groups) > allowed {
+		for _, idx := range scaleDownOrder(ms, groups)[:len(groups)-allowed] {
 			if err := r.deleteGroup(ctx, ms, idx, "ScaledDown"); err != nil {
 				return ctrl.Result{}, err
 			}
 			delete(groups, idx)
 		}
 	}
-	// Scale up: new groups take the lowest free ordinals.
-	if len(groups) < want {
-		for _, idx := range freeOrdinals(groups, want-len(groups)) {
+	// Scale up (and surge): new groups take the lowest free ordinals.
+	if len(groups) < allowed {
+		for _, idx := range freeOrdinals(groups, allowed-len(groups)) {
 			r.Recorder.Eventf(ms, corev1.EventTypeNormal, "CreateGroup", "creating ServingGroup %s", GroupName(ms.Name, idx))
 			groups[idx] = &servingGroup{index: idx, pods: map[string]*corev1.Pod{}}
 		}

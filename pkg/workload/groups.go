@@ -43,10 +43,15 @@ func expectedPods(ms *workloadv1alpha1.ModelServing) int {
 	return n
 }
 
-// revision is the ControllerRevision hash the group's pods were created from ("" if mixed).
+// revision is the ControllerRevision hash the group's live pods were created from ("" if
+// none or mixed). Terminating pods do not count: a group being replaced comes back on the
+// new revision.
 func (g *servingGroup) revision() string {
 	rev := ""
 	for _, p := range g.pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
 		r := p.Labels[workloadv1alpha1.RevisionLabel]
 		if rev == "" {
 			rev = r

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -52,10 +53,8 @@ func startSystem(t *testing.T) {
 		cptest.BeforeStop(func() { cancel(); running.Wait() })
 		cfg := cp.RESTConfig()
 		kube = kubernetes.NewForConfigOrDie(cfg)
-		jsonCfg := cp.RESTConfig()
-		jsonCfg.ContentType = "" // CRD kinds are JSON only
 		var err error
-		cl, err = client.New(jsonCfg, client.Options{Scheme: controller.Scheme()})
+		cl, err = client.New(jsonConfig(), client.Options{Scheme: controller.Scheme()})
 		require.NoError(t, err)
 
 		dir, err := os.MkdirTemp("", "berth-ms-test")
@@ -185,3 +184,10 @@ func (w *world) dump() {
 }
 
 var metav1GetOptions = metav1.GetOptions{}
+
+// jsonConfig is the control plane's client config speaking JSON (CRD kinds have no protobuf).
+func jsonConfig() *rest.Config {
+	cfg := cp.RESTConfig()
+	cfg.ContentType = ""
+	return cfg
+}

@@ -125,4 +125,3 @@ func (w *world) podNode(name string) string {
 	require.NoError(w.t, err)
 	return p.Spec.NodeName
 }
-
