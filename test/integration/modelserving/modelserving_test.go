@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,12 +90,20 @@ func TestScale(t *testing.T) {
 	w.apply(pd("llm", "berth-scheduler", 3))
 	w.eventually("3 groups are available", 60*time.Second, w.availableWith("llm", 3))
 
-	for _, n := range []int32{5, 2} {
-		ms := w.get("llm")
-		ms.Spec.Replicas = ptr.To(n)
-		require.NoError(t, cl.Update(w.ctx, ms))
-		w.eventually(fmt.Sprintf("%d groups are available", n), 60*time.Second, w.availableWith("llm", n))
-	}
+	// 3 → 5 through the scale subresource, as kubectl scale, HPA and KEDA do it.
+	scale := &autoscalingv1.Scale{}
+	require.NoError(t, cl.SubResource("scale").Get(w.ctx, w.get("llm"), scale))
+	assert.Equal(t, int32(3), scale.Status.Replicas)
+	assert.Contains(t, scale.Status.Selector, "modelserving.volcano.sh/name=llm")
+	scale.Spec.Replicas = 5
+	require.NoError(t, cl.SubResource("scale").Update(w.ctx, w.get("llm"), client.WithSubResourceBody(scale)))
+	w.eventually("5 groups are available", 60*time.Second, w.availableWith("llm", 5))
+
+	// 5 → 2 through the spec.
+	ms := w.get("llm")
+	ms.Spec.Replicas = ptr.To[int32](2)
+	require.NoError(t, cl.Update(w.ctx, ms))
+	w.eventually("2 groups are available", 60*time.Second, w.availableWith("llm", 2))
 	// Scale-down removed the highest ordinals.
 	groups := map[string]bool{}
 	for _, p := range w.pods(map[string]string{workloadv1alpha1.ModelServingNameLabel: "llm"}) {
