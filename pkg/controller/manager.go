@@ -8,7 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -24,6 +26,10 @@ type Options struct {
 	ProbeAddr        string // "" or "0" disables health probes
 	LeaderElection   bool
 	LeaderElectionNS string
+	// InProcessRestart allows a second manager in the same process after the first stopped
+	// (tests that kill and restart the controller); controller-runtime otherwise refuses to
+	// register a controller name twice.
+	InProcessRestart bool
 }
 
 // Scheme knows every kind the controller reads or writes.
@@ -54,6 +60,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionNamespace: o.LeaderElectionNS,
 		// Release the lease on shutdown so a restarted controller takes over at once.
 		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.InProcessRestart)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("berth-controller manager: %w", err)

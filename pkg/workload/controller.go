@@ -131,6 +131,16 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 		}
 	}
 	units := groupUnits(ms, g)
+	// Pods of role replicas the spec no longer has (a role scaled down) go first.
+	if extra := podsOutside(g, units); len(extra) > 0 {
+		r.Recorder.Eventf(ms, corev1.EventTypeNormal, "ScaleRole", "deleting %d pods of %s: their role replicas are no longer in the spec", len(extra), GroupName(ms.Name, g.index))
+		for _, p := range extra {
+			if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+				return 0, err
+			}
+			delete(g.pods, p.Name)
+		}
+	}
 	plan := planRecovery(ms, g, units, time.Now())
 	if plan.wait > 0 {
 		return plan.wait, nil
@@ -254,13 +264,25 @@ func (r *Reconciler) deleteGroup(ctx context.Context, ms *workloadv1alpha1.Model
 }
 
 // ensureRevision records the template as a ControllerRevision and returns its hash.
+//
+// The hash leaves out role replica counts and the gang policy: changing how many replicas a
+// role has scales the role inside every group, it does not roll every group.
 func (r *Reconciler) ensureRevision(ctx context.Context, ms *workloadv1alpha1.ModelServing) (string, error) {
 	raw, err := json.Marshal(ms.Spec.Template)
 	if err != nil {
 		return "", err
 	}
+	shape := ms.Spec.Template.DeepCopy()
+	shape.GangPolicy = nil
+	for i := range shape.Roles {
+		shape.Roles[i].Replicas = nil
+	}
+	hashed, err := json.Marshal(shape)
+	if err != nil {
+		return "", err
+	}
 	h := fnv.New32a()
-	_, _ = h.Write(raw)
+	_, _ = h.Write(hashed)
 	hash := rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
 	cr := &appsv1.ControllerRevision{
 		ObjectMeta: metav1.ObjectMeta{

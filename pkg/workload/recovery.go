@@ -45,6 +45,23 @@ func groupUnits(ms *workloadv1alpha1.ModelServing, g *servingGroup) []*unit {
 	return out
 }
 
+// podsOutside lists the group's live pods that belong to no expected role replica.
+func podsOutside(g *servingGroup, units []*unit) []*corev1.Pod {
+	expected := map[string]bool{}
+	for _, u := range units {
+		for _, n := range u.names {
+			expected[n] = true
+		}
+	}
+	var out []*corev1.Pod
+	for name, p := range g.pods {
+		if !expected[name] && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // deletion is one recovery decision: pods to delete, and the event that explains it.
 type deletion struct {
 	reason, message string

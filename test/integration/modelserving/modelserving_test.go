@@ -184,3 +184,39 @@ func envOf(p *corev1.Pod) map[string]string {
 	}
 	return out
 }
+
+// Scaling a role scales it inside every group, in place: decode 2 → 3 → 1 adds and removes
+// decode replicas without replacing the other pods, and the PodGroups follow.
+func TestScaleRole(t *testing.T) {
+	w := newWorld(t, 2)
+	w.apply(pd("roles", "berth-scheduler", 2))
+	w.eventually("2 groups are available", 60*time.Second, w.availableWith("roles", 2))
+	prefill := podNamed(w.pods(map[string]string{workloadv1alpha1.ModelServingNameLabel: "roles"}), "roles-0-prefill-0-0")
+	require.NotNil(t, prefill)
+	revision := w.get("roles").Status.UpdateRevision
+
+	for _, decode := range []int32{3, 1} {
+		ms := w.get("roles")
+		ms.Spec.Template.Roles[1].Replicas = ptr.To(decode)
+		require.NoError(t, cl.Update(w.ctx, ms))
+		perGroup := 1 + 2*int(decode)
+		w.eventually(fmt.Sprintf("decode has %d replicas in both groups", decode), 60*time.Second, func() bool {
+			ms := w.get("roles")
+			pods := w.pods(map[string]string{workloadv1alpha1.ModelServingNameLabel: "roles"})
+			live := 0
+			for _, p := range pods {
+				if p.DeletionTimestamp == nil {
+					live++
+				}
+			}
+			return ms.Status.ObservedGeneration == ms.Generation && ms.Status.AvailableReplicas == 2 && live == 2*perGroup
+		})
+		pg := &volcanov1beta1.PodGroup{}
+		require.NoError(t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "roles-1"}, pg))
+		assert.Equal(t, int32(perGroup), pg.Spec.MinMember, "the PodGroup follows the role's replicas")
+	}
+	assert.Equal(t, revision, w.get("roles").Status.UpdateRevision, "scaling a role is not a new revision")
+	after := podNamed(w.pods(map[string]string{workloadv1alpha1.ModelServingNameLabel: "roles"}), "roles-0-prefill-0-0")
+	require.NotNil(t, after)
+	assert.Equal(t, prefill.UID, after.UID, "the other roles' pods were not replaced")
+}
