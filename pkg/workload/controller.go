@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -35,6 +36,8 @@ type Reconciler struct {
 // SetupWithManager registers the reconciler and what it watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
+		// ModelServings are independent of each other; several reconcile at once.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		For(&workloadv1alpha1.ModelServing{}).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
@@ -107,6 +110,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			requeue = wait
 		}
 	}
+	if err := r.pruneRevisions(ctx, ms, revision, groups); err != nil {
+		return ctrl.Result{}, err
+	}
 	return ctrl.Result{RequeueAfter: requeue}, r.writeStatus(ctx, ms, revision, groups)
 }
 
@@ -159,7 +165,7 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 	}
 	for _, u := range units {
 		if u.role.WorkerReplicas > 0 {
-			if err := r.createIfMissing(ctx, BuildService(ms, g.index, u.role, u.replica)); err != nil {
+			if err := r.ensureObject(ctx, BuildService(ms, g.index, u.role, u.replica), &corev1.Service{}); err != nil {
 				return 0, err
 			}
 		}
@@ -293,7 +299,54 @@ func (r *Reconciler) ensureRevision(ctx context.Context, ms *workloadv1alpha1.Mo
 		Data:     runtime.RawExtension{Raw: raw},
 		Revision: ms.Generation,
 	}
-	return hash, r.createIfMissing(ctx, cr)
+	return hash, r.ensureObject(ctx, cr, &appsv1.ControllerRevision{})
+}
+
+// ensureObject creates want unless the cache already has it: every reconcile passes here,
+// and a create that fails with AlreadyExists still costs the apiserver a request.
+func (r *Reconciler) ensureObject(ctx context.Context, want, scratch client.Object) error {
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), scratch)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	return r.createIfMissing(ctx, want)
+}
+
+// revisionHistoryLimit is how many unused ControllerRevisions a ModelServing keeps.
+const revisionHistoryLimit = 10
+
+// pruneRevisions deletes the oldest ControllerRevisions no group runs, beyond the limit.
+func (r *Reconciler) pruneRevisions(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup) error {
+	var list appsv1.ControllerRevisionList
+	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name}); err != nil {
+		return err
+	}
+	inUse := map[string]bool{revision: true}
+	for _, g := range groups {
+		for _, p := range g.pods {
+			inUse[p.Labels[workloadv1alpha1.RevisionLabel]] = true
+		}
+	}
+	var unused []*appsv1.ControllerRevision
+	for i := range list.Items {
+		cr := &list.Items[i]
+		if metav1.IsControlledBy(cr, ms) && !inUse[cr.Labels[workloadv1alpha1.RevisionLabel]] {
+			unused = append(unused, cr)
+		}
+	}
+	if len(unused) <= revisionHistoryLimit {
+		return nil
+	}
+	sort.Slice(unused, func(i, j int) bool { return unused[i].CreationTimestamp.Before(&unused[j].CreationTimestamp) })
+	for _, cr := range unused[:len(unused)-revisionHistoryLimit] {
+		if err := r.Delete(ctx, cr); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeStatus derives the status from the groups and writes it when it changed.
@@ -338,9 +391,14 @@ func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.Model
 	if equalStatus(&ms.Status, st) {
 		return nil
 	}
-	patch := client.MergeFrom(ms.DeepCopy())
+	// A full update with the object's resourceVersion: a merge patch computed against a
+	// stale cached copy would leave fields the cache had not seen yet, mixing two passes'
+	// counts. A conflict means a newer pass is due anyway.
 	ms.Status = *st
-	return r.Status().Patch(ctx, ms, patch)
+	if err := r.Status().Update(ctx, ms); err != nil && !apierrors.IsConflict(err) {
+		return err
+	}
+	return nil
 }
 
 func setCondition(st *workloadv1alpha1.ModelServingStatus, typ string, ok bool, trueReason, trueMsg, falseReason, falseMsg string, gen int64) {

@@ -1,6 +1,7 @@
 package modelserving
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +34,7 @@ func TestRollingUpdateKeepsAvailability(t *testing.T) {
 	var mu sync.Mutex
 	var lowest int32 = 3
 	var observed int
+	var inexact []string
 	go func() {
 		for ev := range watcher.ResultChan() {
 			ms, ok := ev.Object.(*workloadv1alpha1.ModelServing)
@@ -43,6 +45,10 @@ func TestRollingUpdateKeepsAvailability(t *testing.T) {
 			observed++
 			if ms.Status.AvailableReplicas < lowest {
 				lowest = ms.Status.AvailableReplicas
+			}
+			// Every group is counted once: on the old revision (current) or the new (updated).
+			if st := ms.Status; st.CurrentRevision != st.UpdateRevision && st.CurrentReplicas+st.UpdatedReplicas != st.Replicas {
+				inexact = append(inexact, fmt.Sprintf("replicas=%d current=%d updated=%d", st.Replicas, st.CurrentReplicas, st.UpdatedReplicas))
 			}
 			mu.Unlock()
 		}
@@ -70,4 +76,5 @@ func TestRollingUpdateKeepsAvailability(t *testing.T) {
 	defer mu.Unlock()
 	assert.Greater(t, observed, 2, "the watch saw the rollout")
 	assert.GreaterOrEqual(t, lowest, int32(2), "availability dropped below replicas - maxUnavailable")
+	assert.Empty(t, inexact, "status counts that do not add up")
 }
