@@ -188,23 +188,7 @@ func startScheduler(ctx context.Context, cp *controlplane.ControlPlane) {
 	must(err)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	must(cp.WriteKubeconfig(kubeconfig))
-	raw, err := os.ReadFile(filepath.Join(moduleRoot(), "manifests", "scheduler", "config.yaml"))
-	must(err)
-	cfg := strings.Replace(string(raw), "leaderElect: true", "leaderElect: false", 1) +
-		fmt.Sprintf("clientConnection:\n  kubeconfig: %s\n  qps: 2000\n  burst: 2000\n", kubeconfig)
-	path := filepath.Join(dir, "config.yaml")
-	must(os.WriteFile(path, []byte(cfg), 0o600))
-	go func() { _ = scheduler.Run(ctx, scheduler.Options{ConfigFile: path}) }()
-}
-
-func moduleRoot() string {
-	dir, _ := os.Getwd()
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	return dir
+	go func() { _ = scheduler.RunInProcess(ctx, dir, kubeconfig, nil) }()
 }
 
 func parallel(n, workers int, fn func(i int) error) error {

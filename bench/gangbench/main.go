@@ -321,13 +321,12 @@ func (b *bench) schedulerConfig(m mode) (string, error) {
 		"kind":       "KubeSchedulerConfiguration",
 	}
 	if m == berth {
-		raw, err := os.ReadFile(filepath.Join(moduleRoot(), "manifests", "scheduler", "config.yaml"))
+		out, err := scheduler.InProcessConfig(kubeconfig, nil)
 		if err != nil {
 			return "", err
 		}
-		if err := yaml.Unmarshal(raw, &cfg); err != nil {
-			return "", err
-		}
+		path := filepath.Join(dir, "config.yaml")
+		return path, os.WriteFile(path, out, 0o600)
 	}
 	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 5000, "burst": 5000}
 	cfg["leaderElection"] = map[string]any{"leaderElect": false}
@@ -337,16 +336,6 @@ func (b *bench) schedulerConfig(m mode) (string, error) {
 	}
 	path := filepath.Join(dir, "config.yaml")
 	return path, os.WriteFile(path, out, 0o600)
-}
-
-func moduleRoot() string {
-	dir, _ := os.Getwd()
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-	}
-	return dir
 }
 
 func parallel(n, workers int, fn func(i int) error) error {

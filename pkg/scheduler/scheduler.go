@@ -6,6 +6,8 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 
 	"github.com/spf13/cobra"
@@ -14,6 +16,9 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
+	"sigs.k8s.io/yaml"
+
+	schedulermanifests "github.com/berth-sh/berth/manifests/scheduler"
 	"github.com/berth-sh/berth/pkg/plugins/gang"
 )
 
@@ -69,4 +74,42 @@ func Run(ctx context.Context, o Options) error {
 	configz.Delete("componentconfig")
 	defer configz.Delete("componentconfig")
 	return app.Run(ctx, cc, sched)
+}
+
+// InProcessConfig adapts the shipped configuration (manifests/scheduler/config.yaml) to run
+// inside another process against kubeconfig: leader election off (one instance), a client
+// rate fit for a benchmark, and the gang plugin's args replaced when gangArgs is not nil.
+func InProcessConfig(kubeconfig string, gangArgs map[string]any) ([]byte, error) {
+	var cfg map[string]any
+	if err := yaml.Unmarshal(schedulermanifests.Config, &cfg); err != nil {
+		return nil, fmt.Errorf("shipped scheduler config: %w", err)
+	}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 5000, "burst": 5000}
+	cfg["leaderElection"] = map[string]any{"leaderElect": false}
+	if gangArgs != nil {
+		profiles, _ := cfg["profiles"].([]any)
+		for _, p := range profiles {
+			pluginConfig, _ := p.(map[string]any)["pluginConfig"].([]any)
+			for _, pc := range pluginConfig {
+				if pc := pc.(map[string]any); pc["name"] == gang.Name {
+					pc["args"] = gangArgs
+				}
+			}
+		}
+	}
+	return yaml.Marshal(cfg)
+}
+
+// RunInProcess writes the in-process configuration into dir and runs berth-scheduler until
+// ctx ends. It is how the sandbox, the tests and the benchmarks start it.
+func RunInProcess(ctx context.Context, dir, kubeconfig string, gangArgs map[string]any) error {
+	cfg, err := InProcessConfig(kubeconfig, gangArgs)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("berth-scheduler-%d.yaml", instances.Load()+1))
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		return err
+	}
+	return Run(ctx, Options{ConfigFile: path})
 }

@@ -203,6 +203,18 @@ func (g *Gang) groupPods(key string) []*corev1.Pod {
 	return out
 }
 
+// splitBound separates a group's bound pods from those still to be placed.
+func splitBound(pods []*corev1.Pod) (bound, pending []*corev1.Pod) {
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			bound = append(bound, p)
+		} else {
+			pending = append(pending, p)
+		}
+	}
+	return bound, pending
+}
+
 // placedPods returns the group's pods that are bound or reserved by this scheduler, plus
 // extra (the pod in the current cycle), each once.
 func (g *Gang) placedPods(key string, extra *corev1.Pod) []*corev1.Pod {
@@ -347,15 +359,7 @@ func (g *Gang) PreFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _
 	if holding {
 		return nil, nil // an assembly is under way; Permit decides
 	}
-	all := g.groupPods(key)
-	var placed, pending []*corev1.Pod
-	for _, p := range all {
-		if p.Spec.NodeName != "" {
-			placed = append(placed, p)
-		} else {
-			pending = append(pending, p)
-		}
-	}
+	placed, pending := splitBound(g.groupPods(key))
 	if req.check(placed).ok && len(req.subGroups) == 0 {
 		return nil, nil // the minimum is already bound; this pod is an extra
 	}
@@ -440,15 +444,7 @@ func (g *Gang) PostFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	}
 	msg := fmt.Sprintf("pod %s fits no node", pod.Name)
 	if nodes, err := g.freeCapacity(); err == nil {
-		all := g.groupPods(key)
-		var placed, pending []*corev1.Pod
-		for _, p := range all {
-			if p.Spec.NodeName != "" {
-				placed = append(placed, p)
-			} else {
-				pending = append(pending, p)
-			}
-		}
+		placed, pending := splitBound(g.groupPods(key))
 		if f := checkFeasible(req, placed, pending, nodes); !f.ok {
 			msg = f.message
 		}

@@ -137,16 +137,8 @@ func (r *requirement) check(placed []*corev1.Pod) verdict {
 	if len(placed) < r.minMember {
 		return verdict{reason: fmt.Sprintf("%d/%d pods placed", len(placed), r.minMember)}
 	}
-	if len(r.minTask) > 0 {
-		perTask := map[string]int{}
-		for _, p := range placed {
-			perTask[taskOf(p)]++
-		}
-		for _, task := range sortedKeys(r.minTask) {
-			if perTask[task] < r.minTask[task] {
-				return verdict{reason: fmt.Sprintf("task %s has %d/%d pods placed", task, perTask[task], r.minTask[task])}
-			}
-		}
+	if task, have, want := r.shortTask(placed); task != "" {
+		return verdict{reason: fmt.Sprintf("task %s has %d/%d pods placed", task, have, want)}
 	}
 	for i := range r.subGroups {
 		sg := &r.subGroups[i]
@@ -177,16 +169,8 @@ func (r *requirement) enough(all []*corev1.Pod) verdict {
 	if len(all) < r.minMember {
 		return verdict{reason: fmt.Sprintf("%d/%d pods exist", len(all), r.minMember)}
 	}
-	if len(r.minTask) > 0 {
-		perTask := map[string]int{}
-		for _, p := range all {
-			perTask[taskOf(p)]++
-		}
-		for _, task := range sortedKeys(r.minTask) {
-			if perTask[task] < r.minTask[task] {
-				return verdict{reason: fmt.Sprintf("task %s has %d/%d pods", task, perTask[task], r.minTask[task])}
-			}
-		}
+	if task, have, want := r.shortTask(all); task != "" {
+		return verdict{reason: fmt.Sprintf("task %s has %d/%d pods", task, have, want)}
 	}
 	for i := range r.subGroups {
 		sg := &r.subGroups[i]
@@ -210,6 +194,23 @@ func (r *requirement) enough(all []*corev1.Pod) verdict {
 		}
 	}
 	return verdict{ok: true}
+}
+
+// shortTask returns the first task (by name) with fewer pods than its minTaskMember.
+func (r *requirement) shortTask(pods []*corev1.Pod) (task string, have, want int) {
+	if len(r.minTask) == 0 {
+		return "", 0, 0
+	}
+	perTask := map[string]int{}
+	for _, p := range pods {
+		perTask[taskOf(p)]++
+	}
+	for _, t := range sortedKeys(r.minTask) {
+		if perTask[t] < r.minTask[t] {
+			return t, perTask[t], r.minTask[t]
+		}
+	}
+	return "", 0, 0
 }
 
 func sortedKeys[V any](m map[string]V) []string {

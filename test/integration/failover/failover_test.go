@@ -6,9 +6,7 @@ package failover
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -161,15 +159,9 @@ func startScheduler(t *testing.T, ctx context.Context) {
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	require.NoError(t, cp.WriteKubeconfig(kubeconfig))
-	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "scheduler", "config.yaml"))
-	require.NoError(t, err)
-	cfg := strings.Replace(string(raw), "leaderElect: true", "leaderElect: false", 1) +
-		fmt.Sprintf("clientConnection:\n  kubeconfig: %s\n", kubeconfig)
-	path := filepath.Join(dir, "config.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); _ = scheduler.Run(sctx, scheduler.Options{ConfigFile: path}) }()
+	go func() { defer close(done); _ = scheduler.RunInProcess(sctx, dir, kubeconfig, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 

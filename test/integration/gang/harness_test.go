@@ -5,7 +5,6 @@ package gang
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
@@ -116,7 +114,7 @@ func (w *world) cleanup() {
 }
 
 // startScheduler runs berth-scheduler with the shipped profile (manifests/scheduler/
-// config.yaml), pointed at the test apiserver, leader election off and short timeouts.
+// config.yaml), pointed at the test apiserver, with short gang timeouts.
 // It returns a stop function that waits for the scheduler to exit.
 func (w *world) startScheduler(waitSeconds, backoffSeconds int64) (stop func()) {
 	t := w.t
@@ -125,27 +123,10 @@ func (w *world) startScheduler(waitSeconds, backoffSeconds int64) (stop func()) 
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	require.NoError(t, cp.WriteKubeconfig(kubeconfig))
 
-	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "scheduler", "config.yaml"))
-	require.NoError(t, err)
-	var cfg map[string]any
-	require.NoError(t, yaml.Unmarshal(raw, &cfg))
-	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 500, "burst": 1000}
-	cfg["leaderElection"] = map[string]any{"leaderElect": false}
-	for _, pc := range cfg["profiles"].([]any)[0].(map[string]any)["pluginConfig"].([]any) {
-		pc := pc.(map[string]any)
-		if pc["name"] == gang.Name {
-			pc["args"] = map[string]any{"permitWaitingTimeSeconds": waitSeconds, "backoffSeconds": backoffSeconds}
-		}
-	}
-	out, err := yaml.Marshal(cfg)
-	require.NoError(t, err)
-	configFile := filepath.Join(dir, "config.yaml")
-	require.NoError(t, os.WriteFile(configFile, out, 0o600))
-
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
 	go func() {
-		err := scheduler.Run(ctx, scheduler.Options{ConfigFile: configFile})
+		err := scheduler.RunInProcess(ctx, dir, kubeconfig, map[string]any{"permitWaitingTimeSeconds": waitSeconds, "backoffSeconds": backoffSeconds})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("berth-scheduler exited early: %v", err)
 		}

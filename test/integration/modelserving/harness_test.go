@@ -61,20 +61,10 @@ func startSystem(t *testing.T) {
 		require.NoError(t, err)
 		kubeconfig := filepath.Join(dir, "kubeconfig")
 		require.NoError(t, cp.WriteKubeconfig(kubeconfig))
-		raw, err := os.ReadFile(filepath.Join("..", "..", "..", "manifests", "scheduler", "config.yaml"))
-		require.NoError(t, err)
-		var sc map[string]any
-		require.NoError(t, yaml.Unmarshal(raw, &sc))
-		sc["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 500, "burst": 1000}
-		sc["leaderElection"] = map[string]any{"leaderElect": false}
-		out, err := yaml.Marshal(sc)
-		require.NoError(t, err)
-		configFile := filepath.Join(dir, "scheduler.yaml")
-		require.NoError(t, os.WriteFile(configFile, out, 0o600))
 		running.Add(3)
 		go func() {
 			defer running.Done()
-			if err := scheduler.Run(ctx, scheduler.Options{ConfigFile: configFile}); err != nil && ctx.Err() == nil {
+			if err := scheduler.RunInProcess(ctx, dir, kubeconfig, nil); err != nil && ctx.Err() == nil {
 				panic(fmt.Sprintf("berth-scheduler exited: %v", err))
 			}
 		}()
