@@ -20,8 +20,6 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -34,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/berth-sh/berth/bench/internal/fanout"
 	"github.com/berth-sh/berth/internal/controlplane"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
@@ -78,7 +77,7 @@ func main() {
 	must(err)
 	go pprof.Do(ctx, pprof.Labels("component", "controller"), func(ctx context.Context) { _ = mgr.Start(ctx) })
 	start := time.Now()
-	must(parallel(*count, 8, func(i int) error { return cl.Create(ctx, modelServing(i, *groups)) }))
+	must(fanout.Run(*count, 8, func(i int) error { return cl.Create(ctx, modelServing(i, *groups)) }))
 	for {
 		var list workloadv1alpha1.ModelServingList
 		must(cl.List(ctx, &list, client.InNamespace("bench")))
@@ -148,7 +147,7 @@ func directCreate(ctx context.Context, cl client.Client, count, groups int) floa
 		o.SetOwnerReferences(nil)
 	}
 	start := time.Now()
-	must(parallel(len(objs), 8, func(i int) error { return cl.Create(ctx, objs[i]) }))
+	must(fanout.Run(len(objs), 8, func(i int) error { return cl.Create(ctx, objs[i]) }))
 	elapsed := time.Since(start)
 	_ = cl.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace("direct"), client.GracePeriodSeconds(0))
 	return float64(count*groups*4) / elapsed.Seconds()
@@ -176,7 +175,7 @@ func labelledCPU(raw []byte) (controller, total float64) {
 
 func createNodes(ctx context.Context, kube kubernetes.Interface, n int) error {
 	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	return parallel(n, 8, func(i int) error {
+	return fanout.Run(n, 8, func(i int) error {
 		_, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%04d", i)},
 			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity}}, metav1.CreateOptions{})
 		return err
@@ -189,31 +188,6 @@ func startScheduler(ctx context.Context, cp *controlplane.ControlPlane) {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	must(cp.WriteKubeconfig(kubeconfig))
 	go func() { _ = scheduler.RunInProcess(ctx, dir, kubeconfig, nil) }()
-}
-
-func parallel(n, workers int, fn func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
 }
 
 func must(err error) {

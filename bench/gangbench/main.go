@@ -42,6 +42,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
+	"github.com/berth-sh/berth/bench/internal/fanout"
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/pkg/plugins/gang"
 	"github.com/berth-sh/berth/pkg/scheduler"
@@ -152,7 +153,7 @@ func (b *bench) createNodes(ctx context.Context, n int) error {
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourcePods: resource.MustParse("110"),
 	}
-	return parallel(n, 16, func(i int) error {
+	return fanout.Run(n, 16, func(i int) error {
 		name := fmt.Sprintf("node-%05d", i)
 		_, err := b.kube.CoreV1().Nodes().Create(ctx, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
@@ -223,7 +224,7 @@ func (b *bench) run(ctx context.Context, w workload, m mode) (float64, error) {
 	}
 	start := time.Now()
 	fmt.Fprintf(os.Stderr, "  %s/%s: scheduler ready, creating %d pods\n", w.name, m, total)
-	if err := parallel(total, 16, func(i int) error {
+	if err := fanout.Run(total, 16, func(i int) error {
 		group := ""
 		if m != ceiling {
 			group = fmt.Sprintf("gang-%d", i/w.podsPerGroup)
@@ -263,7 +264,7 @@ func (b *bench) run(ctx context.Context, w workload, m mode) (float64, error) {
 func (b *bench) createGroups(ctx context.Context, ns string, w workload, m mode) error {
 	switch m {
 	case native:
-		return parallel(w.gangs, 16, func(i int) error {
+		return fanout.Run(w.gangs, 16, func(i int) error {
 			_, err := b.kube.SchedulingV1beta1().PodGroups(ns).Create(ctx, &schedulingv1beta1.PodGroup{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gang-%d", i)},
 				Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
@@ -272,7 +273,7 @@ func (b *bench) createGroups(ctx context.Context, ns string, w workload, m mode)
 			return err
 		})
 	case berth:
-		return parallel(w.gangs, 16, func(i int) error {
+		return fanout.Run(w.gangs, 16, func(i int) error {
 			_, err := b.vc.SchedulingV1beta1().PodGroups(ns).Create(ctx, &volcanov1beta1.PodGroup{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gang-%d", i)},
 				Spec:       volcanov1beta1.PodGroupSpec{MinMember: int32(w.podsPerGroup)},
@@ -336,31 +337,6 @@ func (b *bench) schedulerConfig(m mode) (string, error) {
 	}
 	path := filepath.Join(dir, "config.yaml")
 	return path, os.WriteFile(path, out, 0o600)
-}
-
-func parallel(n, workers int, fn func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
 }
 
 func must(err error) {
