@@ -107,6 +107,16 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 				g.activateIfComplete(pod)
 			}
 		},
+		// The PodGroup counts running, succeeded and failed pods: keep them current.
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Pod)
+			n, ok2 := newObj.(*corev1.Pod)
+			if ok1 && ok2 && o.Status.Phase != n.Status.Phase {
+				if key := groupKeyOf(n); key != "" {
+					g.status.enqueue(key)
+				}
+			}
+		},
 	}); err != nil {
 		return nil, fmt.Errorf("gang: watch pods: %w", err)
 	}

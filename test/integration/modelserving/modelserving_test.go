@@ -76,6 +76,13 @@ func TestGroupsReachAvailable(t *testing.T) {
 	assert.Contains(t, names, "llm-2-decode-1-1")
 	assert.Contains(t, names, "llm-0-prefill-0-0")
 
+	// berth-scheduler keeps each group's PodGroup status current as its pods start.
+	w.eventually("the PodGroups report their running pods", 30*time.Second, func() bool {
+		pg := &volcanov1beta1.PodGroup{}
+		return cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "llm-2"}, pg) == nil &&
+			pg.Status.Phase == volcanov1beta1.PodGroupRunning && pg.Status.Running == 5
+	})
+
 	worker := podNamed(pods, "llm-1-decode-0-1")
 	require.NotNil(t, worker)
 	assert.Equal(t, map[string]string{"GROUP_SIZE": "2", "ENTRY_ADDRESS": "llm-1-decode-0-0.llm-1-decode-0." + w.ns + ".svc", "WORKER_INDEX": "1"}, envOf(worker))
