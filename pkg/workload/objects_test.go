@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -126,4 +128,43 @@ func TestRecoveryWaitsOutTheGracePeriod(t *testing.T) {
 	require.Len(t, plan.deletions, 1)
 	assert.Equal(t, "RecreateRole", plan.deletions[0].reason)
 	assert.Contains(t, plan.deletions[0].message, "pod qwen-0-prefill-0-0 failed")
+}
+
+func TestRolloutBudgetResolvesPercentages(t *testing.T) {
+	ms := pdServing()
+	ms.Spec.Replicas = ptr.To[int32](10)
+	ms.Spec.RolloutStrategy = &workloadv1alpha1.RolloutStrategy{RollingUpdateConfiguration: &workloadv1alpha1.RollingUpdateConfiguration{
+		MaxUnavailable: ptr.To(intstr.FromString("25%")), // rounds down: 2
+		MaxSurge:       ptr.To(intstr.FromString("15%")), // rounds up: 2
+		Partition:      ptr.To[int32](3),
+	}}
+	assert.Equal(t, rolloutBudget{maxUnavailable: 2, maxSurge: 2, partition: 3}, budgetFor(ms))
+
+	ms.Spec.RolloutStrategy.RollingUpdateConfiguration.MaxUnavailable = ptr.To(intstr.FromString("5%")) // 0
+	ms.Spec.RolloutStrategy.RollingUpdateConfiguration.MaxSurge = ptr.To(intstr.FromInt32(0))
+	assert.Equal(t, 1, budgetFor(ms).maxUnavailable, "a budget that rounds to 0/0 still makes progress")
+}
+
+func TestRolloutStepKeepsAvailability(t *testing.T) {
+	ms := pdServing()
+	ms.Spec.Replicas = ptr.To[int32](4)
+	readyGroup := func(i int, rev string) *servingGroup {
+		g := &servingGroup{index: i, pods: map[string]*corev1.Pod{}}
+		for n := 0; n < expectedPods(ms); n++ {
+			g.pods[fmt.Sprint(n)] = &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{workloadv1alpha1.RevisionLabel: rev}},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning,
+					Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+		}
+		return g
+	}
+	groups := map[int]*servingGroup{0: readyGroup(0, "old"), 1: readyGroup(1, "old"), 2: readyGroup(2, "old"), 3: readyGroup(3, "old")}
+	remove, allowed := rolloutStep(ms, groups, "new", rolloutBudget{maxUnavailable: 1, maxSurge: 1, partition: 1})
+	assert.Equal(t, []int{3}, remove, "one ready group at a time, highest ordinal first, never below the partition")
+	assert.Equal(t, 5, allowed, "one surge group while old ones remain")
+
+	groups[3] = readyGroup(3, "new")
+	groups[1].pods["0"].Status.Phase = corev1.PodFailed
+	remove, _ = rolloutStep(ms, groups, "new", rolloutBudget{maxUnavailable: 1, partition: 1})
+	assert.Equal(t, []int{1}, remove, "a broken old group goes first, and uses up the budget")
 }
