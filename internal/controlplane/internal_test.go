@@ -93,7 +93,7 @@ spec:
 // stand in for processes here.
 func TestEtcdBinaryConcurrentBuild(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds etcd")
+		t.Skip("links an etcd binary into a temp cache; skipped only with -short, make test runs it")
 	}
 	t.Setenv(envEtcdBinary, "")
 	t.Setenv(envCacheDir, t.TempDir())
