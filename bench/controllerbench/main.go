@@ -55,9 +55,7 @@ func main() {
 	must(err)
 	defer cp.Stop()
 	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
-	jsonCfg := cp.RESTConfig()
-	jsonCfg.ContentType = ""
-	cl, err := client.New(jsonCfg, client.Options{Scheme: controller.Scheme()})
+	cl, err := client.New(cp.RESTConfig(), client.Options{Scheme: controller.Scheme()})
 	must(err)
 
 	pods := *count * *groups * 4
@@ -174,10 +172,9 @@ func labelledCPU(raw []byte) (controller, total float64) {
 }
 
 func createNodes(ctx context.Context, kube kubernetes.Interface, n int) error {
-	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"), corev1.ResourcePods: resource.MustParse("110")}
 	return fanout.Run(n, 8, func(i int) error {
-		_, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%04d", i)},
-			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity}}, metav1.CreateOptions{})
+		node := sim.NewNode(fmt.Sprintf("node-%04d", i), sim.NodeShape{CPU: "64", Memory: "512Gi"}, nil)
+		_, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		return err
 	})
 }

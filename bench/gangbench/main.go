@@ -46,6 +46,7 @@ import (
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/pkg/plugins/gang"
 	"github.com/berth-sh/berth/pkg/scheduler"
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
 type workload struct {
@@ -143,23 +144,14 @@ type bench struct {
 func newBench(cp *controlplane.ControlPlane) *bench {
 	cfg := cp.RESTConfig()
 	cfg.QPS, cfg.Burst = 5000, 5000
-	jsonCfg := rest.CopyConfig(cfg)
-	jsonCfg.ContentType, jsonCfg.AcceptContentTypes = "application/json", "application/json"
-	return &bench{cp: cp, cfg: cfg, kube: kubernetes.NewForConfigOrDie(cfg), vc: volcanoclient.NewForConfigOrDie(jsonCfg)}
+	return &bench{cp: cp, cfg: cfg, kube: kubernetes.NewForConfigOrDie(cfg), vc: volcanoclient.NewForConfigOrDie(cfg)}
 }
 
 // createNodes makes scheduler_perf's default node: 4 CPU, 32Gi, 110 pods.
 func (b *bench) createNodes(ctx context.Context, n int) error {
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourcePods: resource.MustParse("110"),
-	}
 	return fanout.Run(n, 16, func(i int) error {
-		name := fmt.Sprintf("node-%05d", i)
-		_, err := b.kube.CoreV1().Nodes().Create(ctx, &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
-			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity,
-				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
-		}, metav1.CreateOptions{})
+		node := sim.NewNode(fmt.Sprintf("node-%05d", i), sim.NodeShape{CPU: "4", Memory: "32Gi"}, nil)
+		_, err := b.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		return err
 	})
 }

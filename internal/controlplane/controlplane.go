@@ -156,8 +156,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 // RESTConfig returns a new copy of the admin client config on every call, so
 // callers may tweak QPS, user agent, etc. without affecting each other.
 // It authenticates as the apiserver's loopback user (group system:masters).
+//
+// It speaks JSON: the apiserver's loopback config asks for protobuf, which custom resources
+// (Berth's and Volcano's) do not support, and a client built from it fails with an encode
+// error on the first CRD object. Callers wanting protobuf for built-in kinds can set it.
 func (cp *ControlPlane) RESTConfig() *rest.Config {
-	return rest.CopyConfig(cp.config)
+	cfg := rest.CopyConfig(cp.config)
+	cfg.ContentType, cfg.AcceptContentTypes = "", ""
+	return cfg
 }
 
 // EtcdURL is etcd's client URL, for tests that inspect storage directly.

@@ -119,6 +119,17 @@ func (sg *subGroupRule) subGroupOf(pod *corev1.Pod) string {
 	return b.String()
 }
 
+// sizes counts the given pods per subgroup of the rule.
+func (sg *subGroupRule) sizes(pods []*corev1.Pod) map[string]int {
+	counts := map[string]int{}
+	for _, p := range pods {
+		if k := sg.subGroupOf(p); k != "" {
+			counts[k]++
+		}
+	}
+	return counts
+}
+
 // verdict says whether a set of pods may be released to bind, and if not, why.
 type verdict struct {
 	ok     bool
@@ -142,14 +153,8 @@ func (r *requirement) check(placed []*corev1.Pod) verdict {
 	}
 	for i := range r.subGroups {
 		sg := &r.subGroups[i]
-		counts := map[string]int{}
-		for _, p := range placed {
-			if k := sg.subGroupOf(p); k != "" {
-				counts[k]++
-			}
-		}
 		complete := 0
-		for _, n := range counts {
+		for _, n := range sg.sizes(placed) {
 			if n >= sg.size {
 				complete++
 			} else {
@@ -177,14 +182,8 @@ func (r *requirement) enough(all []*corev1.Pod) verdict {
 		if sg.minSubGroups == 0 {
 			continue
 		}
-		counts := map[string]int{}
-		for _, p := range all {
-			if k := sg.subGroupOf(p); k != "" {
-				counts[k]++
-			}
-		}
 		complete := 0
-		for _, n := range counts {
+		for _, n := range sg.sizes(all) {
 			if n >= sg.size {
 				complete++
 			}

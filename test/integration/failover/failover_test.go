@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -62,19 +61,15 @@ func TestControllerKilledMidRolloutConverges(t *testing.T) {
 	defer cancel()
 	cfg := cp.RESTConfig()
 	kube := kubernetes.NewForConfigOrDie(cfg)
-	jsonCfg := cp.RESTConfig()
-	jsonCfg.ContentType = ""
-	cl, err := client.New(jsonCfg, client.Options{Scheme: controller.Scheme()})
+	cl, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
 	require.NoError(t, err)
 
 	startScheduler(t, ctx)
 	kubelet := sim.NewKubelet(kube, 300*time.Millisecond)
 	go kubelet.Run(ctx)
 	for i := 0; i < 2; i++ {
-		capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
-			corev1.ResourcePods: resource.MustParse("110"), "nvidia.com/gpu": resource.MustParse("8")}
-		_, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gpu-%d", i)},
-			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity}}, metav1.CreateOptions{})
+		node := sim.NewNode(fmt.Sprintf("gpu-%d", i), sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8}, nil)
+		_, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
 

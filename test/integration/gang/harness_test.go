@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
@@ -27,6 +26,7 @@ import (
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
 	"github.com/berth-sh/berth/pkg/plugins/gang"
 	"github.com/berth-sh/berth/pkg/scheduler"
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
 var cp *controlplane.ControlPlane
@@ -63,9 +63,7 @@ func newWorld(t *testing.T) *world {
 	t.Cleanup(cancel)
 	cfg := cp.RESTConfig()
 	cfg.QPS, cfg.Burst = 500, 1000
-	jsonCfg := rest.CopyConfig(cfg)
-	jsonCfg.ContentType, jsonCfg.AcceptContentTypes = "application/json", "application/json"
-	w := &world{t: t, ctx: ctx, kube: kubernetes.NewForConfigOrDie(cfg), vc: volcanoclient.NewForConfigOrDie(jsonCfg),
+	w := &world{t: t, ctx: ctx, kube: kubernetes.NewForConfigOrDie(cfg), vc: volcanoclient.NewForConfigOrDie(cfg),
 		ns: fmt.Sprintf("gang-%d", worldCount.Add(1))}
 	_, err := w.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -154,21 +152,7 @@ func (w *world) startScheduler(waitSeconds, backoffSeconds int64) (stop func()) 
 // there is no kubelet, and no pod ever runs.
 func (w *world) addNode(name string, gpus int64, cpu string) {
 	w.t.Helper()
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse(cpu),
-		corev1.ResourceMemory: resource.MustParse("512Gi"),
-		corev1.ResourcePods:   resource.MustParse("110"),
-	}
-	if gpus > 0 {
-		capacity[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
-	}
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-" + name, Labels: map[string]string{"berth.test/owner": w.ns, corev1.LabelHostname: w.ns + "-" + name}},
-		Status: corev1.NodeStatus{
-			Capacity: capacity, Allocatable: capacity,
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
-		},
-	}
+	node := sim.NewNode(w.ns+"-"+name, sim.NodeShape{CPU: cpu, Memory: "512Gi", GPUs: gpus}, map[string]string{"berth.test/owner": w.ns})
 	_, err := w.kube.CoreV1().Nodes().Create(w.ctx, node, metav1.CreateOptions{})
 	require.NoError(w.t, err)
 }

@@ -14,11 +14,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -54,7 +52,7 @@ func startSystem(t *testing.T) {
 		cfg := cp.RESTConfig()
 		kube = kubernetes.NewForConfigOrDie(cfg)
 		var err error
-		cl, err = client.New(jsonConfig(), client.Options{Scheme: controller.Scheme()})
+		cl, err = client.New(cp.RESTConfig(), client.Options{Scheme: controller.Scheme()})
 		require.NoError(t, err)
 
 		dir, err := os.MkdirTemp("", "berth-ms-test")
@@ -106,15 +104,8 @@ func newWorld(t *testing.T, gpuNodes int) *world {
 
 // addNode adds an 8-GPU node.
 func (w *world) addNode(name string) {
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi"),
-		corev1.ResourcePods: resource.MustParse("110"), gpu: resource.MustParse("8"),
-	}
-	_, err := kube.CoreV1().Nodes().Create(w.ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: w.ns + "-" + name, Labels: map[string]string{"berth.test/owner": w.ns}},
-		Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity,
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
-	}, metav1.CreateOptions{})
+	_, err := kube.CoreV1().Nodes().Create(w.ctx, sim.NewNode(w.ns+"-"+name, sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8},
+		map[string]string{"berth.test/owner": w.ns}), metav1.CreateOptions{})
 	require.NoError(w.t, err)
 }
 
@@ -174,10 +165,3 @@ func (w *world) dump() {
 }
 
 var metav1GetOptions = metav1.GetOptions{}
-
-// jsonConfig is the control plane's client config speaking JSON (CRD kinds have no protobuf).
-func jsonConfig() *rest.Config {
-	cfg := cp.RESTConfig()
-	cfg.ContentType = ""
-	return cfg
-}

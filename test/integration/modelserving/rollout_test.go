@@ -26,7 +26,7 @@ func TestRollingUpdateKeepsAvailability(t *testing.T) {
 	w.eventually("3 groups are available", 60*time.Second, w.availableWith("roll", 3))
 	oldRevision := w.get("roll").Status.UpdateRevision
 
-	wc, err := client.NewWithWatch(jsonConfig(), client.Options{Scheme: cl.Scheme()})
+	wc, err := client.NewWithWatch(cp.RESTConfig(), client.Options{Scheme: cl.Scheme()})
 	require.NoError(t, err)
 	watcher, err := wc.Watch(w.ctx, &workloadv1alpha1.ModelServingList{}, client.InNamespace(w.ns))
 	require.NoError(t, err)
