@@ -1,0 +1,239 @@
+// Command placementbench measures placement quality: where berth-scheduler (the shipped
+// profile, manifests/scheduler/config.yaml) puts a stream of GPU groups on a two-tier
+// network fabric, beside kube-scheduler's default profile given the same pods.
+//
+// The fabric (default 4 spines × 8 leaves × 16 nodes of 8 GPUs) exists as node labels
+// (network.berth.sh/leaf, network.berth.sh/spine) and as Volcano HyperNodes (tier 1 "leaf",
+// tier 2 "spine"). The stream is deterministic (-seed): groups of 1–8 pods, every pod of a
+// group asking the same 1, 2, 4 or 8 GPUs. For berth each group is a Volcano PodGroup
+// (minMember = its pods, networkTopology soft within tier 1); the default scheduler gets the
+// same pods with no PodGroup.
+//
+// Each scheduler runs alone on the empty fabric. Groups are fed one at a time, in stream
+// order: create the pods, wait until each is bound or reported unschedulable. A group not
+// bound whole is withdrawn (its pods deleted). The run records the state at the first group
+// that could not be placed, then feeds on until a group of whole-node pods cannot be placed.
+// See bench/README.md, "Placement quality".
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/berth-sh/berth/internal/controlplane"
+)
+
+func main() {
+	spines := flag.Int("spines", 4, "spine switches")
+	leaves := flag.Int("leaves", 8, "leaf switches per spine")
+	nodesPerLeaf := flag.Int("nodes-per-leaf", 16, "nodes per leaf switch")
+	gpusPerNode := flag.Int("gpus-per-node", 8, "GPUs per node (a pod of this many GPUs takes a whole node)")
+	seed := flag.Uint64("seed", 1, "seed of the group stream")
+	repeat := flag.Int("repeat", 3, "run each scheduler on this many streams, seeds seed, seed+1, ...")
+	weightsFlag := flag.String("gpu-weights", "1:40,2:25,4:20,8:15", "GPUs per pod and their relative weights in the stream")
+	maxPods := flag.Int("max-group-pods", 8, "groups have 1..this many pods (uniform)")
+	maxGroups := flag.Int("max-groups", 5000, "stop feeding after this many groups")
+	modes := flag.String("modes", "berth,default", "which schedulers to run, in order")
+	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for one group to be bound or reported unschedulable")
+	out := flag.String("out", "", "also write the markdown table to this file")
+	flag.Parse()
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+
+	weights, err := parseWeights(*weightsFlag, *gpusPerNode)
+	must(err)
+	var runModes []mode
+	for _, m := range strings.Split(*modes, ",") {
+		switch mode(strings.TrimSpace(m)) {
+		case berthMode:
+			runModes = append(runModes, berthMode)
+		case defaultMode:
+			runModes = append(runModes, defaultMode)
+		default:
+			must(fmt.Errorf("-modes: unknown mode %q (want berth, default)", m))
+		}
+	}
+
+	ctx := context.Background()
+	start := time.Now()
+	fmt.Fprintf(os.Stderr, "starting control plane...\n")
+	cp, err := controlplane.Start(ctx, controlplane.Options{APIServerFlags: append(controlplane.DefaultAPIServerFlags(),
+		"--delete-collection-workers=16")})
+	must(err)
+	defer cp.Stop()
+	cfg := cp.RESTConfig()
+	cfg.QPS, cfg.Burst = 5000, 5000
+
+	f := newFabric(*spines, *leaves, *nodesPerLeaf, *gpusPerNode)
+	b := &bench{cp: cp, kube: kubernetes.NewForConfigOrDie(cfg), vc: volcanoclient.NewForConfigOrDie(cfg), fabric: f, timeout: *timeout}
+	fmt.Fprintf(os.Stderr, "creating %d nodes (%d GPUs) and their HyperNodes...\n", len(f.nodes), f.totalGPUs())
+	must(f.create(ctx, b.kube, b.vc))
+
+	results := map[mode][]result{}
+	for i := 0; i < *repeat; i++ {
+		s := *seed + uint64(i)
+		groups := streamGroups(s, weights, *maxPods, *maxGroups)
+		for _, m := range runModes {
+			fmt.Fprintf(os.Stderr, "%s seed %d: feeding groups...\n", m, s)
+			r, err := b.run(ctx, m, s, groups)
+			must(err)
+			results[m] = append(results[m], r)
+			fmt.Fprintf(os.Stderr, "%s seed %d: done in %s\n", m, s, r.elapsed.Round(time.Second))
+		}
+	}
+	seeds := fmt.Sprintf("seed %d", *seed)
+	if *repeat > 1 {
+		seeds = fmt.Sprintf("seeds %d–%d (mean, and min–max over the seeds)", *seed, *seed+uint64(*repeat)-1)
+	}
+	report := fmt.Sprintf("Fabric: %d spines × %d leaves × %d nodes × %d GPUs = %d nodes, %d GPUs. Stream: %s, "+
+		"1–%d pods per group, GPUs per pod %s.\n\n", *spines, *leaves, *nodesPerLeaf, *gpusPerNode, len(f.nodes), f.totalGPUs(),
+		seeds, *maxPods, *weightsFlag) + table(f, runModes, results)
+	fmt.Print(report)
+	fmt.Fprintf(os.Stderr, "total %s\n", time.Since(start).Round(time.Second))
+	if *out != "" {
+		must(os.WriteFile(*out, []byte(report), 0o644))
+	}
+}
+
+// metric is one row of the table: a number per run, or (text) a description per run.
+type metric struct {
+	name   string
+	value  func(r result) (float64, bool) // false: undefined for this run
+	format func(v float64) string
+	text   func(r result) string
+}
+
+func count(v float64) string {
+	if v == float64(int64(v)) {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func percent(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
+func rate(v float64) string    { return fmt.Sprintf("%.1f", v) }
+func seconds(v float64) string { return fmt.Sprintf("%.0fs", v) }
+
+// table renders the results side by side: per mode the mean over the runs (with the range
+// when there are several), and the ratio of berth's mean to default's when both ran.
+func table(f *fabric, modes []mode, rs map[mode][]result) string {
+	total := float64(f.totalGPUs())
+	metrics := []metric{
+		{name: "groups placed before the first failure", format: count,
+			value: func(r result) (float64, bool) { return float64(r.groupsPlaced), true }},
+		{name: "first group not placed (stream index: pods × GPUs)",
+			text: func(r result) string {
+				if r.firstFailure == nil {
+					return "none"
+				}
+				return fmt.Sprintf("#%d: %s", r.firstFailure.index, r.firstFailure)
+			}},
+		{name: "GPUs allocated at the first failure", format: percent,
+			value: func(r result) (float64, bool) { return float64(r.gpusAtFirst) / total, true }},
+		{name: "(1) multi-pod groups inside one leaf", format: percent,
+			value: func(r result) (float64, bool) { return ratioOf(r.spread.oneLeaf, r.spread.multiPod) }},
+		{name: "(5) multi-pod groups spanning more than one spine", format: percent,
+			value: func(r result) (float64, bool) { return ratioOf(r.spread.manySpines, r.spread.multiPod) }},
+		{name: fmt.Sprintf("(3) whole free nodes at the first failure (of %d)", len(f.nodes)), format: count,
+			value: func(r result) (float64, bool) { return float64(r.freeNodesAtFirst), true }},
+		{name: fmt.Sprintf("(2) GPUs allocated when the first %d-GPU group failed", f.gpusPerNode), format: percent,
+			value: func(r result) (float64, bool) { return float64(r.gpusAtBig) / total, r.bigFailure != nil }},
+		{name: "(4) pods bound per second while feeding", format: rate,
+			value: func(r result) (float64, bool) { return float64(r.podsPlaced) / r.feeding.Seconds(), r.feeding > 0 }},
+		{name: "pods of the first failing group bound, then withdrawn", format: count,
+			value: func(r result) (float64, bool) { return float64(r.firstFailureBound), true }},
+		{name: "groups placed after the first failure", format: count,
+			value: func(r result) (float64, bool) { return float64(r.placedAfter), true }},
+		{name: "run time", format: seconds,
+			value: func(r result) (float64, bool) { return r.elapsed.Seconds(), true }},
+	}
+	both := len(rs[berthMode]) > 0 && len(rs[defaultMode]) > 0
+	var sb strings.Builder
+	sb.WriteString("| |")
+	for _, m := range modes {
+		sb.WriteString(" " + string(m) + " |")
+	}
+	if both {
+		sb.WriteString(" berth/default |")
+	}
+	sb.WriteString("\n|---|" + strings.Repeat("---:|", len(modes)))
+	if both {
+		sb.WriteString("---:|")
+	}
+	sb.WriteString("\n")
+	for _, mt := range metrics {
+		sb.WriteString("| " + mt.name + " |")
+		means := map[mode]float64{}
+		defined := map[mode]bool{}
+		for _, m := range modes {
+			if mt.text != nil {
+				var parts []string
+				for _, r := range rs[m] {
+					parts = append(parts, mt.text(r))
+				}
+				sb.WriteString(" " + strings.Join(parts, ", ") + " |")
+				continue
+			}
+			var vals []float64
+			for _, r := range rs[m] {
+				if v, ok := mt.value(r); ok {
+					vals = append(vals, v)
+				}
+			}
+			cell := "–"
+			if len(vals) > 0 {
+				mean, lo, hi := summarize(vals)
+				means[m], defined[m] = mean, len(vals) == len(rs[m])
+				cell = mt.format(mean)
+				if len(rs[m]) > 1 {
+					cell += " (" + mt.format(lo) + "–" + mt.format(hi) + ")"
+				}
+				if len(vals) < len(rs[m]) {
+					cell += fmt.Sprintf(", %d of %d runs", len(vals), len(rs[m]))
+				}
+			}
+			sb.WriteString(" " + cell + " |")
+		}
+		if both {
+			cell := "–"
+			if mt.text == nil && defined[berthMode] && defined[defaultMode] && means[defaultMode] != 0 {
+				cell = fmt.Sprintf("%.2f", means[berthMode]/means[defaultMode])
+			}
+			sb.WriteString(" " + cell + " |")
+		}
+		sb.WriteString("\n")
+	}
+	return sb.String()
+}
+
+func summarize(vals []float64) (mean, lo, hi float64) {
+	lo, hi = vals[0], vals[0]
+	for _, v := range vals {
+		mean += v
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return mean / float64(len(vals)), lo, hi
+}
+
+func ratioOf(n, of int) (float64, bool) {
+	if of == 0 {
+		return 0, false
+	}
+	return float64(n) / float64(of), true
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "placementbench:", err)
+		os.Exit(1)
+	}
+}

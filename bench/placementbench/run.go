@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/berth-sh/berth/bench/internal/fanout"
+	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/pkg/plugins/gang"
+	"github.com/berth-sh/berth/pkg/scheduler"
+	"github.com/berth-sh/berth/pkg/sim"
+)
+
+type mode string
+
+const (
+	berthMode   mode = "berth"
+	defaultMode mode = "default"
+)
+
+// Every pod asks this much besides its GPUs: small next to a node (64 CPU, 512Gi), so
+// GPUs are the only resource that runs out.
+var (
+	podCPU    = resource.MustParse("500m")
+	podMemory = resource.MustParse("1Gi")
+)
+
+type bench struct {
+	cp      *controlplane.ControlPlane
+	kube    kubernetes.Interface
+	vc      volcanoclient.Interface
+	fabric  *fabric
+	timeout time.Duration
+}
+
+// result is one scheduler's run over the stream.
+type result struct {
+	mode mode
+	seed uint64
+
+	// Up to the first group that could not be placed whole.
+	firstFailure      *groupSpec
+	firstFailureWhy   string
+	firstFailureBound int // pods of that group bound before it was withdrawn
+	groupsPlaced      int
+	podsPlaced        int
+	gpusAtFirst       int
+	freeNodesAtFirst  int
+	spread            spread
+	feeding           time.Duration // first pod created to the last placed group bound
+
+	// Fed on until a group of whole-node (8-GPU) pods could not be placed.
+	bigFailure  *groupSpec
+	gpusAtBig   int
+	groupsFed   int
+	placedAfter int // groups placed after the first failure
+	elapsed     time.Duration
+}
+
+// run feeds the stream to one scheduler, one group at a time, on the empty fabric.
+func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec) (res result, err error) {
+	res.mode, res.seed = m, seed
+	started := time.Now()
+	ns := fmt.Sprintf("placement-%s-%d", m, seed)
+	label := fmt.Sprintf("%s seed %d", m, seed)
+	if _, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	tr, err := startTracker(runCtx, b.kube, ns)
+	if err != nil {
+		return res, err
+	}
+
+	schedCtx, stopScheduler := context.WithCancel(ctx)
+	exited := make(chan struct{})
+	var schedErr error
+	go func() {
+		defer close(exited)
+		schedErr = b.runScheduler(schedCtx, m)
+	}()
+	defer func() {
+		stopScheduler()
+		<-exited
+		if cerr := b.cleanup(ctx, ns); err == nil {
+			err = cerr
+		}
+	}()
+	fail := func(err error) (result, error) {
+		if errors.Is(err, errSchedulerExited) {
+			err = fmt.Errorf("%w: %v", err, schedErr)
+		}
+		return res, fmt.Errorf("%s: %w", label, err)
+	}
+
+	// Warm up: the scheduler has synced its informers once it binds a pod. The pod asks
+	// no GPU and is deleted before the stream starts.
+	if _, err := b.kube.CoreV1().Pods(ns).Create(ctx, b.pod(ns, m, "warmup", nil, ""), metav1.CreateOptions{}); err != nil {
+		return fail(err)
+	}
+	if _, err := tr.waitFor([]string{"warmup"}, 2*time.Minute, exited, bound); err != nil {
+		return fail(fmt.Errorf("warm-up pod: %w", err))
+	}
+	if err := b.withdraw(ctx, tr, ns, m, nil, []string{"warmup"}); err != nil {
+		return fail(err)
+	}
+
+	led := newLedger(b.fabric)
+	feedStart := time.Now()
+	lastPlaced := feedStart
+	for i, g := range groups {
+		nodes, why, boundPods, err := b.feed(ctx, tr, exited, ns, m, g)
+		if err != nil {
+			return fail(err)
+		}
+		res.groupsFed = i + 1
+		if nodes != nil {
+			led.add(g, nodes)
+			if res.firstFailure == nil {
+				lastPlaced = time.Now()
+			} else {
+				res.placedAfter++
+			}
+		} else {
+			if res.firstFailure == nil {
+				res.firstFailure, res.firstFailureWhy, res.firstFailureBound = &g, why, boundPods
+				res.groupsPlaced, res.podsPlaced = len(led.groups), led.pods()
+				res.gpusAtFirst, res.freeNodesAtFirst, res.spread = led.gpus(), led.freeNodes(), led.spread()
+				res.feeding = lastPlaced.Sub(feedStart)
+				fmt.Fprintf(os.Stderr, "  %s: first failure at group %d (%s) after %d groups, %d/%d GPUs: %s\n",
+					label, g.index, g, res.groupsPlaced, res.gpusAtFirst, b.fabric.totalGPUs(), why)
+			}
+			if g.gpus >= b.fabric.gpusPerNode {
+				res.bigFailure, res.gpusAtBig = &g, led.gpus()
+				fmt.Fprintf(os.Stderr, "  %s: first whole-node group failed at group %d (%s), %d/%d GPUs\n",
+					label, g.index, g, res.gpusAtBig, b.fabric.totalGPUs())
+				break
+			}
+		}
+		if (i+1)%100 == 0 {
+			fmt.Fprintf(os.Stderr, "  %s: %d groups fed, %d placed, %d/%d GPUs, %s\n",
+				label, i+1, len(led.groups), led.gpus(), b.fabric.totalGPUs(), time.Since(started).Round(time.Second))
+		}
+	}
+	if res.firstFailure == nil { // the stream ran out first
+		res.groupsPlaced, res.podsPlaced = len(led.groups), led.pods()
+		res.gpusAtFirst, res.freeNodesAtFirst, res.spread = led.gpus(), led.freeNodes(), led.spread()
+		res.feeding = lastPlaced.Sub(feedStart)
+	}
+	res.elapsed = time.Since(started)
+	return res, nil
+}
+
+// feed creates one group and waits until every pod is bound or reported unschedulable.
+// A group not bound whole is withdrawn (its pods and PodGroup deleted) and nodes is nil;
+// why is the scheduler's message and boundPods how many of its pods had been bound.
+func (b *bench) feed(ctx context.Context, tr *tracker, exited <-chan struct{}, ns string, m mode, g groupSpec) (nodes []string, why string, boundPods int, err error) {
+	group := fmt.Sprintf("g%05d", g.index)
+	names := make([]string, g.pods)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", group, i)
+	}
+	if m == berthMode {
+		if _, err := b.vc.SchedulingV1beta1().PodGroups(ns).Create(ctx, podGroup(ns, group, g), metav1.CreateOptions{}); err != nil {
+			return nil, "", 0, err
+		}
+	}
+	if err := fanout.Run(len(names), len(names), func(i int) error {
+		_, err := b.kube.CoreV1().Pods(ns).Create(ctx, b.pod(ns, m, names[i], &g, group), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return nil, "", 0, err
+	}
+	states, err := tr.waitFor(names, b.timeout, exited, resolved)
+	switch {
+	case errors.Is(err, errTimeout):
+		why = fmt.Sprintf("not resolved within %s", b.timeout)
+		fmt.Fprintf(os.Stderr, "  %s: group %d (%s) %s\n", m, g.index, g, why)
+	case err != nil:
+		return nil, "", 0, err
+	}
+	for _, st := range states {
+		switch {
+		case st == nil:
+		case st.node != "":
+			nodes = append(nodes, st.node)
+		case why == "":
+			why = st.message
+		}
+	}
+	if len(nodes) == len(names) {
+		return nodes, "", 0, nil
+	}
+	if err := b.withdraw(ctx, tr, ns, m, &group, names); err != nil {
+		return nil, "", 0, err
+	}
+	return nil, why, len(nodes), nil
+}
+
+// withdraw deletes pods (and the PodGroup) and waits until the watch reports them gone.
+func (b *bench) withdraw(ctx context.Context, tr *tracker, ns string, m mode, group *string, names []string) error {
+	zero := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
+	if err := fanout.Run(len(names), len(names), func(i int) error {
+		return b.kube.CoreV1().Pods(ns).Delete(ctx, names[i], zero)
+	}); err != nil {
+		return err
+	}
+	if m == berthMode && group != nil {
+		if err := b.vc.SchedulingV1beta1().PodGroups(ns).Delete(ctx, *group, zero); err != nil {
+			return err
+		}
+	}
+	if _, err := tr.waitFor(names, time.Minute, nil, gone); err != nil {
+		return fmt.Errorf("withdrawing %v: %w", names, err)
+	}
+	// The scheduler's informer sees the same deletions as the bench's; give it a moment so
+	// the next group is not judged against capacity the bench already counts free.
+	time.Sleep(50 * time.Millisecond)
+	return nil
+}
+
+func bound(states []*podState) bool {
+	for _, st := range states {
+		if st == nil || st.node == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// pod is one pod of group g (nil for the warm-up pod). Berth's pods carry what
+// berth-controller writes: the PodGroup name and the task (one role replica per group).
+func (b *bench) pod(ns string, m mode, name string, g *groupSpec, group string) *corev1.Pod {
+	requests := corev1.ResourceList{corev1.ResourceCPU: podCPU, corev1.ResourceMemory: podMemory}
+	limits := corev1.ResourceList{}
+	if g != nil {
+		gpus := *resource.NewQuantity(int64(g.gpus), resource.DecimalSI)
+		requests[sim.GPUResource], limits[sim.GPUResource] = gpus, gpus
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			SchedulerName: corev1.DefaultSchedulerName,
+			Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
+				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limits}}},
+		},
+	}
+	if m == berthMode {
+		p.Spec.SchedulerName = scheduler.SchedulerName
+		if group != "" {
+			p.Annotations = map[string]string{gang.GroupNameKey: group, gang.TaskSpecKey: "replica-0"}
+		}
+	}
+	return p
+}
+
+// podGroup is the Volcano PodGroup of a group: all pods or none, inside one leaf if the
+// scheduler can (soft, tier 1), minResources the pods' summed requests.
+func podGroup(ns, name string, g groupSpec) *volcanov1beta1.PodGroup {
+	n := int64(g.pods)
+	cpu, mem := podCPU.DeepCopy(), podMemory.DeepCopy()
+	cpu.SetMilli(cpu.MilliValue() * n)
+	mem.Set(mem.Value() * n)
+	minResources := corev1.ResourceList{
+		corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem,
+		sim.GPUResource: *resource.NewQuantity(int64(g.gpus)*n, resource.DecimalSI),
+	}
+	return &volcanov1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: volcanov1beta1.PodGroupSpec{
+			MinMember:    int32(g.pods),
+			MinResources: &minResources,
+			NetworkTopology: &volcanov1beta1.NetworkTopologySpec{
+				Mode: volcanov1beta1.SoftNetworkTopologyMode, HighestTierAllowed: ptr.To(1)},
+		},
+	}
+}
+
+// runScheduler runs berth-scheduler with the shipped profile, or kube-scheduler's default
+// profile, until ctx ends.
+func (b *bench) runScheduler(ctx context.Context, m mode) error {
+	dir, err := os.MkdirTemp("", "placementbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := b.cp.WriteKubeconfig(kubeconfig); err != nil {
+		return err
+	}
+	if m == berthMode {
+		return scheduler.RunInProcess(ctx, dir, kubeconfig, nil)
+	}
+	cfg, err := yaml.Marshal(map[string]any{
+		"apiVersion":       "kubescheduler.config.k8s.io/v1",
+		"kind":             "KubeSchedulerConfiguration",
+		"clientConnection": map[string]any{"kubeconfig": kubeconfig, "qps": 5000, "burst": 5000},
+		"leaderElection":   map[string]any{"leaderElect": false},
+	})
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		return err
+	}
+	return scheduler.Run(ctx, scheduler.Options{ConfigFile: path})
+}
+
+// cleanup deletes the run's pods and PodGroups and waits until none is left, so the next
+// scheduler starts on an empty fabric.
+func (b *bench) cleanup(ctx context.Context, ns string) error {
+	zero := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
+	if err := b.kube.CoreV1().Pods(ns).DeleteCollection(ctx, zero, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	if err := b.vc.SchedulingV1beta1().PodGroups(ns).DeleteCollection(ctx, zero, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := b.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		pgs, err := b.vc.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0 && len(pgs.Items) == 0, err
+	})
+}
