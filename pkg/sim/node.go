@@ -11,12 +11,25 @@ import (
 // GPUResource is the extended resource simulated GPU nodes offer.
 const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 
+// NVIDIA GPU feature discovery's node labels, which the accelerator plugin reads.
+const (
+	GPUProductLabel = "nvidia.com/gpu.product"
+	GPUMemoryLabel  = "nvidia.com/gpu.memory" // MiB per device
+	GPUFamilyLabel  = "nvidia.com/gpu.family"
+)
+
 // NodeShape is the capacity of a simulated node.
 type NodeShape struct {
 	CPU    string // e.g. "64"
 	Memory string // e.g. "512Gi"
 	GPUs   int64
 	Pods   int // 0 means 110, the kubelet's default
+
+	// Optional GPU description, written as the labels GPU feature discovery would write
+	// when non-empty; labels passed to NewNode win over them.
+	GPUProduct   string // nvidia.com/gpu.product, e.g. "NVIDIA-H100-80GB-HBM3"
+	GPUMemoryMiB int64  // nvidia.com/gpu.memory, e.g. 81920
+	GPUFamily    string // nvidia.com/gpu.family, e.g. "hopper"
 }
 
 // NewNode is a Ready node object with the shape as capacity and allocatable. No kubelet
@@ -35,6 +48,15 @@ func NewNode(name string, shape NodeShape, labels map[string]string) *corev1.Nod
 		capacity[GPUResource] = *resource.NewQuantity(shape.GPUs, resource.DecimalSI)
 	}
 	all := map[string]string{corev1.LabelHostname: name}
+	if shape.GPUProduct != "" {
+		all[GPUProductLabel] = shape.GPUProduct
+	}
+	if shape.GPUMemoryMiB > 0 {
+		all[GPUMemoryLabel] = strconv.FormatInt(shape.GPUMemoryMiB, 10)
+	}
+	if shape.GPUFamily != "" {
+		all[GPUFamilyLabel] = shape.GPUFamily
+	}
 	for k, v := range labels {
 		all[k] = v
 	}
