@@ -19,7 +19,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedulermanifests "github.com/berth-sh/berth/manifests/scheduler"
+	"github.com/berth-sh/berth/pkg/plugins/accelerator"
 	"github.com/berth-sh/berth/pkg/plugins/gang"
+	"github.com/berth-sh/berth/pkg/plugins/topology"
 )
 
 // SchedulerName is the profile name pods and ModelServings ask for.
@@ -29,6 +31,8 @@ const SchedulerName = "berth-scheduler"
 func Plugins() []app.Option {
 	return []app.Option{
 		app.WithPlugin(gang.Name, gang.New),
+		app.WithPlugin(topology.Name, topology.New),
+		app.WithPlugin(accelerator.Name, accelerator.New),
 	}
 }
 

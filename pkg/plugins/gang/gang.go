@@ -86,7 +86,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	pgInformer := factory.Scheduling().V1beta1().PodGroups()
 
 	podInformer := handle.SharedInformerFactory().Core().V1().Pods().Informer()
-	if err := podInformer.AddIndexers(cache.Indexers{podsByGroupIndex: indexByGroup}); err != nil {
+	if err := EnsureGroupIndex(podInformer); err != nil {
 		return nil, fmt.Errorf("gang: index pods by group: %w", err)
 	}
 
@@ -202,16 +202,7 @@ func (g *Gang) podGroup(pod *corev1.Pod) (*volcanov1beta1.PodGroup, *requirement
 }
 
 // groupPods returns every live pod of the group the scheduler knows of.
-func (g *Gang) groupPods(key string) []*corev1.Pod {
-	objs, _ := g.pods.ByIndex(podsByGroupIndex, key)
-	out := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok && p.DeletionTimestamp == nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (g *Gang) groupPods(key string) []*corev1.Pod { return GroupPods(g.pods, key) }
 
 // splitBound separates a group's bound pods from those still to be placed.
 func splitBound(pods []*corev1.Pod) (bound, pending []*corev1.Pod) {
@@ -453,6 +444,11 @@ func (g *Gang) PostFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	msg := fmt.Sprintf("pod %s fits no node", pod.Name)
+	if m := refusal(g.handle, statuses); m != "" {
+		// A PreFilter refusal (for example the topology plugin's "no leaf can hold the
+		// group") applies to every node and says more than "fits no node".
+		msg = m
+	}
 	if nodes, err := g.freeCapacity(); err == nil {
 		placed, pending := splitBound(g.groupPods(key))
 		if f := checkFeasible(req, placed, pending, nodes); !f.ok {
@@ -461,6 +457,27 @@ func (g *Gang) PostFilter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, 
 	}
 	g.rejectGroup(pg, key, reasonNotEnoughResources, msg)
 	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s released: %s", key, msg))
+}
+
+// refusal returns the message a PreFilter plugin refused the pod with, read off any node's
+// status (a PreFilter refusal is recorded for all of them), or "" when nodes were refused
+// one by one in Filter.
+func refusal(handle fwk.Handle, statuses fwk.NodeToStatusReader) string {
+	infos, err := handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil || len(infos) == 0 || infos[0].Node() == nil {
+		return ""
+	}
+	st := statuses.Get(infos[0].Node().Name)
+	if st == nil || st.Plugin() == "" || st.Plugin() == Name {
+		return ""
+	}
+	if len(infos) > 1 && infos[1].Node() != nil {
+		// Filter refusals differ per node; a PreFilter refusal is the same for all.
+		if other := statuses.Get(infos[1].Node().Name); other == nil || other.Message() != st.Message() {
+			return ""
+		}
+	}
+	return st.Message()
 }
 
 // Reserve remembers the pod as held by its group until it is seen bound or released.

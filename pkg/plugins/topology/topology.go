@@ -1,0 +1,707 @@
+// Package topology is the berth-scheduler plugin that keeps a serving group inside one
+// network domain.
+//
+// The network is a set of tiers of domains (switches), read from Volcano HyperNodes when
+// any exist and otherwise from node labels listed in the plugin args. A group's PodGroup
+// says how high its pods may spread (spec.networkTopology: hard or soft, highestTierAllowed
+// or highestTierName); a subGroupPolicy entry may say the same for each subgroup. Before the
+// first pod of a group is placed, the plugin chooses the domain for the whole group: the
+// lowest tier with a domain that holds every pod of the group's minimum, best packed. The
+// rest of the group stays inside it (hard) or is steered there (soft). A ModelServing's
+// topologySpreadConstraints spread its groups, counting groups rather than pods.
+package topology
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
+	volcanoinformers "volcano.sh/apis/pkg/client/informers/externalversions"
+	volcanolisters "volcano.sh/apis/pkg/client/listers/scheduling/v1beta1"
+	topologylisters "volcano.sh/apis/pkg/client/listers/topology/v1alpha1"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/plugins/gang"
+)
+
+// Name is the plugin name used in the scheduler profile.
+const Name = "BerthTopology"
+
+const (
+	stateKey          fwk.StateKey = Name
+	podsByServingIdx               = "berth-topology-modelserving"
+	hyperNodeResource fwk.EventResource = "hypernodes.v1alpha1.topology.volcano.sh"
+)
+
+var modelServingGVR = schema.GroupVersionResource{Group: workloadv1alpha1.SchemeGroupVersion.Group, Version: workloadv1alpha1.SchemeGroupVersion.Version, Resource: "modelservings"}
+
+// Topology implements the plugin.
+type Topology struct {
+	handle     fwk.Handle
+	args       *Args
+	pgLister   volcanolisters.PodGroupLister
+	hnLister   topologylisters.HyperNodeLister
+	msLister   cache.GenericLister
+	nodeLister corelisters.NodeLister
+	pods       cache.Indexer
+
+	fabricMu    sync.Mutex
+	fabric      *Fabric
+	fabricDirty bool
+
+	mu     sync.Mutex
+	groups map[string]*groupState
+}
+
+// groupState is the plugin's memory of one group between scheduling cycles.
+type groupState struct {
+	plan     *plan
+	reserved map[types.UID]placedPod // reserved pods not yet seen bound
+	avoid    map[string]time.Time    // domain -> until when it is tried last
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &Topology{}
+	_ fwk.PreScorePlugin    = &Topology{}
+	_ fwk.ScorePlugin       = &Topology{}
+	_ fwk.ReservePlugin     = &Topology{}
+	_ fwk.EnqueueExtensions = &Topology{}
+)
+
+// New builds the plugin with informers for PodGroups, HyperNodes and ModelServings.
+func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	// kube-scheduler's client speaks protobuf; these kinds only have JSON.
+	cfg := rest.CopyConfig(handle.KubeConfig())
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	vc, err := volcanoclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("topology: volcano client: %w", err)
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("topology: dynamic client: %w", err)
+	}
+	vf := volcanoinformers.NewSharedInformerFactory(vc, 0)
+	pgInformer := vf.Scheduling().V1beta1().PodGroups()
+	hnInformer := vf.Topology().V1alpha1().HyperNodes()
+	df := dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
+	msInformer := df.ForResource(modelServingGVR)
+
+	podInformer := handle.SharedInformerFactory().Core().V1().Pods().Informer()
+	if err := gang.EnsureGroupIndex(podInformer); err != nil {
+		return nil, fmt.Errorf("topology: index pods by group: %w", err)
+	}
+	if err := podInformer.AddIndexers(cache.Indexers{podsByServingIdx: indexByModelServing}); err != nil {
+		return nil, fmt.Errorf("topology: index pods by ModelServing: %w", err)
+	}
+	nodeInformer := handle.SharedInformerFactory().Core().V1().Nodes()
+
+	t := &Topology{
+		handle:      handle,
+		args:        args,
+		pgLister:    pgInformer.Lister(),
+		hnLister:    hnInformer.Lister(),
+		msLister:    msInformer.Lister(),
+		nodeLister:  nodeInformer.Lister(),
+		pods:        podInformer.GetIndexer(),
+		fabricDirty: true,
+		groups:      map[string]*groupState{},
+	}
+	dirty := func() { t.fabricMu.Lock(); t.fabricDirty = true; t.fabricMu.Unlock() }
+	if _, err := hnInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { dirty() }, UpdateFunc: func(any, any) { dirty() }, DeleteFunc: func(any) { dirty() },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { dirty() },
+		DeleteFunc: func(any) { dirty() },
+		UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*corev1.Node)
+			nn, ok2 := n.(*corev1.Node)
+			if !ok1 || !ok2 || !labelsEqual(on.Labels, nn.Labels) {
+				dirty()
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	// A reserved pod stops being the plugin's to remember once the informer shows it bound.
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, n any) {
+			if p, ok := n.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+				t.forget(p)
+			}
+		},
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if p, ok := o.(*corev1.Pod); ok {
+				t.forget(p)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+
+	vf.Start(ctx.Done())
+	df.Start(ctx.Done())
+	for typ, ok := range vf.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("topology: %v informer did not sync", typ)
+		}
+	}
+	for typ, ok := range df.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("topology: %v informer did not sync", typ)
+		}
+	}
+	return t, nil
+}
+
+// Name returns the plugin name.
+func (t *Topology) Name() string { return Name }
+
+func indexByModelServing(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	if ms := pod.Labels[workloadv1alpha1.ModelServingNameLabel]; ms != "" {
+		return []string{pod.Namespace + "/" + ms}, nil
+	}
+	return nil, nil
+}
+
+func labelsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// currentFabric rebuilds the tiers after a HyperNode or node label change.
+func (t *Topology) currentFabric() (*Fabric, error) {
+	t.fabricMu.Lock()
+	defer t.fabricMu.Unlock()
+	if !t.fabricDirty && t.fabric != nil {
+		return t.fabric, nil
+	}
+	nodes, err := t.nodeLister.List(everything)
+	if err != nil {
+		return nil, err
+	}
+	hns, err := t.hnLister.List(everything)
+	if err != nil {
+		return nil, err
+	}
+	if len(hns) > 0 {
+		f, problems := FabricFromHyperNodes(hns, nodes)
+		for _, p := range problems {
+			klog.Background().Info("HyperNode topology problem", "plugin", Name, "err", p)
+		}
+		t.fabric = f
+	} else {
+		t.fabric = FabricFromLabels(t.args.NodeLabelTiers, nodes)
+	}
+	t.fabricDirty = false
+	return t.fabric, nil
+}
+
+// cycleState carries the pod's target from PreFilter to Score.
+type cycleState struct {
+	fabric *Fabric
+	target *target
+}
+
+func (c *cycleState) Clone() fwk.StateData { return c }
+
+// groupRule is what a group asks for: its network constraint, its subgroups' constraints
+// and its ModelServing's spread rules.
+type groupRule struct {
+	group  *constraint
+	subs   map[int]*constraint // by subGroupPolicy index
+	spread []spreadRule
+}
+
+func (r *groupRule) empty() bool { return r.group == nil && len(r.subs) == 0 && len(r.spread) == 0 }
+
+// resolve turns a NetworkTopologySpec into a constraint on the fabric's tiers.
+func resolve(nt *volcanov1beta1.NetworkTopologySpec, f *Fabric, field string) (*constraint, error) {
+	if nt == nil {
+		return nil, nil
+	}
+	c := &constraint{hard: nt.Mode != volcanov1beta1.SoftNetworkTopologyMode, limit: 1}
+	switch {
+	case nt.HighestTierName != "":
+		tier, ok := f.TierNames[nt.HighestTierName]
+		if !ok {
+			if !c.hard {
+				return &constraint{}, nil // soft: nothing to honour
+			}
+			return nil, fmt.Errorf("%s.highestTierName %q is not a tier of the network (%s)", field, nt.HighestTierName, describeTiers(f))
+		}
+		c.limit = tier
+	case nt.HighestTierAllowed != nil:
+		c.limit = *nt.HighestTierAllowed
+	}
+	if c.hard && len(f.Tiers) == 0 {
+		return nil, fmt.Errorf("%s asks for a hard network topology, but no network tiers are known: create HyperNodes or set the plugin's nodeLabelTiers", field)
+	}
+	return c, nil
+}
+
+func describeTiers(f *Fabric) string {
+	if len(f.Tiers) == 0 {
+		return "no tiers known"
+	}
+	out := f.Source + ":"
+	for i, tier := range f.Tiers {
+		if i > 0 {
+			out += ","
+		}
+		out += fmt.Sprintf(" %d=%s", tier, f.TierName(tier))
+	}
+	return out
+}
+
+// rules reads the group's constraints from its PodGroup and ModelServing.
+func (t *Topology) rules(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, f *Fabric) (*groupRule, error) {
+	r := &groupRule{subs: map[int]*constraint{}}
+	var err error
+	if r.group, err = resolve(pg.Spec.NetworkTopology, f, "PodGroup spec.networkTopology"); err != nil {
+		return nil, err
+	}
+	for i := range pg.Spec.SubGroupPolicy {
+		c, err := resolve(pg.Spec.SubGroupPolicy[i].NetworkTopology, f, fmt.Sprintf("PodGroup spec.subGroupPolicy[%d].networkTopology", i))
+		if err != nil {
+			return nil, err
+		}
+		if c != nil {
+			r.subs[i] = c
+		}
+	}
+	if msName := pod.Labels[workloadv1alpha1.ModelServingNameLabel]; msName != "" && pod.Labels[workloadv1alpha1.GroupNameLabel] != "" {
+		obj, err := t.msLister.ByNamespace(pod.Namespace).Get(msName)
+		if u, ok := obj.(*unstructured.Unstructured); err == nil && ok {
+			// Only the spread constraints are read: converting a whole ModelServing (two
+			// PodSpecs per role) for every pod would cost more than the rest of PreFilter.
+			raw, found, _ := unstructured.NestedSlice(u.Object, "spec", "topologySpreadConstraints")
+			if found && len(raw) > 0 {
+				ms := &workloadv1alpha1.ModelServing{}
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"spec": map[string]any{"topologySpreadConstraints": raw}}, ms); err != nil {
+					return nil, fmt.Errorf("ModelServing %s spec.topologySpreadConstraints: %w", msName, err)
+				}
+				ms.Name, ms.Namespace = u.GetName(), u.GetNamespace()
+				if r.spread, err = spreadRules(ms); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return r, nil
+}
+
+// placedOf returns the group's pods that are bound or reserved, and those still pending.
+func (t *Topology) placedOf(key string) (placed []placedPod, pending []*corev1.Pod, all []*corev1.Pod) {
+	all = gang.GroupPods(t.pods, key)
+	t.mu.Lock()
+	st := t.groups[key]
+	for _, p := range all {
+		switch {
+		case p.Spec.NodeName != "":
+			placed = append(placed, placedPod{pod: p, node: p.Spec.NodeName})
+		case st != nil && st.reserved[p.UID].node != "":
+			placed = append(placed, st.reserved[p.UID])
+		default:
+			pending = append(pending, p)
+		}
+	}
+	t.mu.Unlock()
+	return placed, pending, all
+}
+
+// PreFilter chooses (or recalls) the group's domain and, in hard mode, confines the pod to it.
+func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	key := gang.GroupKey(pod)
+	if key == "" {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	pg, err := t.pgLister.PodGroups(pod.Namespace).Get(gang.GroupName(pod))
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Skip) // the gang plugin explains a missing PodGroup
+	}
+	if pg.Spec.NetworkTopology == nil && !hasSubTopology(pg) && pod.Labels[workloadv1alpha1.GroupNameLabel] == "" {
+		return nil, fwk.NewStatus(fwk.Skip) // cheap exit for gangs that ask for nothing
+	}
+	f, err := t.currentFabric()
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	rule, err := t.rules(pod, pg, f)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if rule.empty() {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	placed, pending, all := t.placedOf(key)
+	p, msg, err := t.planFor(key, pg, pod, rule, f, placed, pending, all)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if p == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, msg))
+	}
+	tgt := p.group
+	units, _ := gang.Units(pg, all)
+	for _, u := range units {
+		if s := p.sub[u.Key]; s != nil && containsPod(u.Pods, pod) {
+			tgt = s
+		}
+	}
+	state.Write(stateKey, &cycleState{fabric: f, target: tgt})
+	if tgt == nil || !t.confines(rule, tgt, p) {
+		return nil, nil
+	}
+	return &fwk.PreFilterResult{NodeNames: tgt.nodes.Clone()}, nil
+}
+
+// confines says whether the pod must stay inside its target rather than prefer it.
+func (t *Topology) confines(rule *groupRule, tgt *target, p *plan) bool {
+	if tgt != p.group {
+		for _, c := range rule.subs {
+			if c.hard {
+				return true
+			}
+		}
+	}
+	if rule.group != nil && rule.group.hard {
+		return true
+	}
+	for _, s := range rule.spread {
+		if s.hard {
+			return true
+		}
+	}
+	return false
+}
+
+func hasSubTopology(pg *volcanov1beta1.PodGroup) bool {
+	for _, sg := range pg.Spec.SubGroupPolicy {
+		if sg.NetworkTopology != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func containsPod(pods []*corev1.Pod, pod *corev1.Pod) bool {
+	for _, p := range pods {
+		if p.UID == pod.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// planFor recalls the group's plan while it still holds the placed pods, and chooses a new
+// one when the group starts an attempt (nothing placed) or its plan no longer fits.
+func (t *Topology) planFor(key string, pg *volcanov1beta1.PodGroup, pod *corev1.Pod, rule *groupRule, f *Fabric, placed []placedPod, pending, all []*corev1.Pod) (*plan, string, error) {
+	placedNodes := make([]string, 0, len(placed))
+	for _, p := range placed {
+		placedNodes = append(placedNodes, p.node)
+	}
+	t.mu.Lock()
+	st := t.stateLocked(key)
+	if len(placed) > 0 && st.plan != nil && (st.plan.group == nil || containsAll(st.plan.group.nodes, placedNodes)) {
+		p := st.plan
+		t.mu.Unlock()
+		return p, "", nil
+	}
+	avoid := sets.New[string]()
+	now := time.Now()
+	for d, until := range st.avoid {
+		if now.Before(until) {
+			avoid.Insert(d)
+		} else {
+			delete(st.avoid, d)
+		}
+	}
+	t.mu.Unlock()
+
+	units, err := gang.Units(pg, all)
+	if err != nil {
+		return nil, "", err
+	}
+	c := &choice{fabric: f, avoid: avoid, placed: placedNodes, pool: t.pool()}
+	if rule.group != nil {
+		c.group = *rule.group
+	}
+	pendingSet := sets.New[types.UID]()
+	for _, p := range pending {
+		pendingSet.Insert(p.UID)
+	}
+	placedNode := map[types.UID]string{}
+	for _, p := range placed {
+		placedNode[p.pod.UID] = p.node
+	}
+	// The group's minimum decides the domain; once it is placed, whatever else is pending.
+	for _, wantRequired := range []bool{true, false} {
+		for _, u := range units {
+			if wantRequired && !u.Required {
+				continue
+			}
+			tp := unitToPlace{key: u.Key}
+			if u.Rule >= 0 {
+				tp.sub = rule.subs[u.Rule]
+			}
+			for _, p := range u.Pods {
+				if pendingSet.Has(p.UID) {
+					tp.pods = append(tp.pods, p)
+					tp.reqs = append(tp.reqs, podRequests(p))
+				} else if n := placedNode[p.UID]; n != "" {
+					tp.along = append(tp.along, n)
+				}
+			}
+			if len(tp.pods) > 0 {
+				c.units = append(c.units, tp)
+			}
+		}
+		if len(c.units) > 0 {
+			break
+		}
+	}
+	if len(rule.spread) > 0 {
+		nodes, err := t.nodeLister.List(everything)
+		if err != nil {
+			return nil, "", err
+		}
+		zones, counts := spreadZones(rule.spread, pod.Labels[workloadv1alpha1.GroupNameLabel], nodes, t.servingPlaced(pod))
+		hardSpread := false
+		for _, s := range rule.spread {
+			hardSpread = hardSpread || s.hard
+		}
+		if !hardSpread {
+			zones = append(zones, nil) // ScheduleAnyway: anywhere, as a last resort
+		}
+		if len(zones) == 0 {
+			return nil, fmt.Sprintf("no %s domain may take another group within maxSkew %d (groups per domain: %s)",
+				rule.spread[0].key, rule.spread[0].maxSkew, describeCounts(counts)), nil
+		}
+		c.zones = zones
+	}
+	p, msg := chooseDomain(c)
+	if p != nil {
+		t.mu.Lock()
+		t.stateLocked(key).plan = p
+		t.mu.Unlock()
+		if len(placed) == 0 && p.group != nil {
+			klog.Background().V(4).Info("Chose a domain for the group", "plugin", Name, "group", key, "domain", p.group.name, "tier", p.group.tier)
+		}
+	}
+	return p, msg, nil
+}
+
+// servingPlaced returns every bound or reserved pod of the pod's ModelServing.
+func (t *Topology) servingPlaced(pod *corev1.Pod) []placedPod {
+	objs, _ := t.pods.ByIndex(podsByServingIdx, pod.Namespace+"/"+pod.Labels[workloadv1alpha1.ModelServingNameLabel])
+	var out []placedPod
+	seen := sets.New[types.UID]()
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			out = append(out, placedPod{pod: p, node: p.Spec.NodeName})
+			seen.Insert(p.UID)
+		}
+	}
+	t.mu.Lock()
+	for _, st := range t.groups {
+		for uid, r := range st.reserved {
+			if !seen.Has(uid) && r.pod.Namespace == pod.Namespace &&
+				r.pod.Labels[workloadv1alpha1.ModelServingNameLabel] == pod.Labels[workloadv1alpha1.ModelServingNameLabel] {
+				out = append(out, r)
+			}
+		}
+	}
+	t.mu.Unlock()
+	return out
+}
+
+func (t *Topology) stateLocked(key string) *groupState {
+	st := t.groups[key]
+	if st == nil {
+		st = &groupState{reserved: map[types.UID]placedPod{}, avoid: map[string]time.Time{}}
+		t.groups[key] = st
+	}
+	return st
+}
+
+// PreFilterExtensions is not needed: the plugin keeps no per-node state in a cycle.
+func (t *Topology) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// PreScore skips scoring for pods the plugin has nothing to say about.
+func (t *Topology) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if s, err := state.Read(stateKey); err != nil || s.(*cycleState).target == nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score is 100 inside the pod's target domain and falls with every tier a node is further
+// away, so soft-mode pods land as close as the free capacity allows.
+func (t *Topology) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	s, err := state.Read(stateKey)
+	if err != nil {
+		return 0, nil
+	}
+	cs := s.(*cycleState)
+	node := ni.Node().Name
+	tgt := cs.target
+	if tgt.nodes.Has(node) {
+		return fwk.MaxNodeScore, nil
+	}
+	if tgt.tier == 0 {
+		return 0, nil
+	}
+	anchor := ""
+	for n := range tgt.nodes {
+		anchor = n
+		break
+	}
+	top := cs.fabric.Top()
+	for _, tier := range cs.fabric.Tiers {
+		if tier <= tgt.tier {
+			continue
+		}
+		if d := cs.fabric.DomainOf(anchor, tier); d != nil && d == cs.fabric.DomainOf(node, tier) {
+			return fwk.MaxNodeScore * int64(top+1-tier) / int64(top+1-tgt.tier+1), nil
+		}
+	}
+	return 0, nil
+}
+
+// ScoreExtensions is not needed: scores are already in range.
+func (t *Topology) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// Reserve remembers where the group's pod went until the informer shows it bound.
+func (t *Topology) Reserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	key := gang.GroupKey(pod)
+	if key == "" {
+		return nil
+	}
+	t.mu.Lock()
+	t.stateLocked(key).reserved[pod.UID] = placedPod{pod: pod, node: nodeName}
+	t.mu.Unlock()
+	return nil
+}
+
+// Unreserve forgets the pod. When the group's whole attempt is given back, the domain it
+// was meant for goes to the back of the line for a while, so the next attempt tries another.
+func (t *Topology) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
+	key := gang.GroupKey(pod)
+	if key == "" {
+		return
+	}
+	t.mu.Lock()
+	st := t.stateLocked(key)
+	delete(st.reserved, pod.UID)
+	holding := len(st.reserved) > 0
+	p := st.plan
+	t.mu.Unlock()
+	if holding {
+		return
+	}
+	for _, q := range gang.GroupPods(t.pods, key) {
+		if q.Spec.NodeName != "" {
+			return
+		}
+	}
+	t.mu.Lock()
+	if p != nil && p.group != nil && p.group.tier > 0 && t.args.retryOtherDomain() > 0 {
+		st.avoid[p.group.name] = time.Now().Add(t.args.retryOtherDomain())
+	}
+	st.plan = nil
+	t.mu.Unlock()
+}
+
+// forget drops a pod from the reserved set once it is bound or gone, and the group's state
+// once nothing of it remains.
+func (t *Topology) forget(pod *corev1.Pod) {
+	key := gang.GroupKey(pod)
+	if key == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.groups[key]; st != nil {
+		delete(st.reserved, pod.UID)
+		if pod.DeletionTimestamp != nil && len(st.reserved) == 0 && len(st.avoid) == 0 {
+			delete(t.groups, key)
+		}
+	}
+}
+
+// pool reads free capacity from this cycle's snapshot (which counts pods held in Permit).
+func (t *Topology) pool() nodePool {
+	lister := t.handle.SnapshotSharedLister().NodeInfos()
+	cache := map[string]map[corev1.ResourceName]int64{}
+	nodes := map[string]*corev1.Node{}
+	return nodePool{
+		free: func(name string) map[corev1.ResourceName]int64 {
+			if f, ok := cache[name]; ok {
+				return f
+			}
+			ni, err := lister.Get(name)
+			var f map[corev1.ResourceName]int64
+			if err == nil && ni.Node() != nil {
+				f = freeOf(ni)
+				nodes[name] = ni.Node()
+			}
+			cache[name] = f
+			return f
+		},
+		eligible: func(pod *corev1.Pod, name string) bool {
+			n := nodes[name]
+			return n != nil && eligible(pod, n)
+		},
+	}
+}
+
+var everything = labelsEverything()
+
+// EventsToRegister: a group refused for want of room in a domain can fit after capacity is
+// freed or added, or after the network description changes.
+func (t *Topology) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint}},
+		{Event: fwk.ClusterEvent{Resource: hyperNodeResource, ActionType: fwk.All}},
+	}, nil
+}
+
