@@ -6,12 +6,17 @@ CONTROLLER_GEN := $(GO) tool controller-gen
 GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manifests/crds -name '*.yaml')
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all build generate manifests verify-generated vet test test-unit test-integration clean
+.PHONY: all build run generate manifests verify-generated vet test test-unit test-integration clean
 
 all: build
 
 build:
 	$(GO) build ./...
+
+## run: the sandbox: control plane, simulated GPU fabric, berth-scheduler, berth-controller,
+## examples/ applied; Ctrl-C stops it. Flags go in ARGS, e.g. make run ARGS='--once --spines 4'
+run:
+	$(GO) run ./cmd/sandbox $(ARGS)
 
 ## generate: deepcopy functions for the API types
 generate:

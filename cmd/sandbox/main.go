@@ -1,0 +1,58 @@
+// Command sandbox runs the whole of Berth on one machine: etcd and kube-apiserver, a
+// simulated leaf/spine fabric of GPU nodes, the simulated kubelet, berth-scheduler and
+// berth-controller, all in process. It applies examples/, shows the ModelServings coming up
+// and prints where every pod landed, then runs until interrupted (or, with --once, exits).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-sh/berth/internal/sandbox"
+)
+
+func main() {
+	o := sandbox.Options{Fabric: sandbox.DefaultFabric()}
+	// Its own flag set: controller-runtime registers --kubeconfig on the global one.
+	flag := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	flag.IntVar(&o.Fabric.Spines, "spines", o.Fabric.Spines, "spine switches (tier-2 HyperNodes)")
+	flag.IntVar(&o.Fabric.LeavesPerSpine, "leaves-per-spine", o.Fabric.LeavesPerSpine, "leaf switches under each spine (tier-1 HyperNodes)")
+	flag.IntVar(&o.Fabric.NodesPerLeaf, "nodes-per-leaf", o.Fabric.NodesPerLeaf, "GPU nodes under each leaf")
+	flag.IntVar(&o.Fabric.GPUsPerNode, "gpus-per-node", o.Fabric.GPUsPerNode, "nvidia.com/gpu on each node")
+	flag.Func("gpu-products", fmt.Sprintf("GPU products given to the spines in turn, comma-separated, from %s (default %q; \"\" for unlabelled GPUs)",
+		strings.Join(sandbox.GPUProductNames(), ", "), strings.Join(o.Fabric.GPUProducts, ",")), func(v string) error {
+		o.Fabric.GPUProducts = nil
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				o.Fabric.GPUProducts = append(o.Fabric.GPUProducts, p)
+			}
+		}
+		return nil
+	})
+	flag.StringVar(&o.ExamplesDir, "examples", "examples", "directory of manifests to apply (every YAML document, server-side)")
+	flag.StringVar(&o.Kubeconfig, "kubeconfig", "sandbox.kubeconfig", "kubeconfig to write for kubectl while the sandbox runs (\"\" writes none)")
+	flag.BoolVar(&o.Once, "once", false, "exit 0 once every ModelServing is Available, non-zero with the reason after --timeout")
+	flag.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "how long the ModelServings may take to become Available")
+	flag.DurationVar(&o.PodStartDelay, "pod-start-delay", time.Second, "how long the simulated kubelet takes to start a bound pod")
+	verbosity := flag.Int("v", 0, "log verbosity of the in-process components (0 keeps their logs off)")
+	_ = flag.Parse(os.Args[1:])
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "sandbox: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	sandbox.ConfigureLogging(*verbosity)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal the sandbox shuts down cleanly; a second one kills it.
+	go func() { <-ctx.Done(); stop() }()
+	if err := sandbox.Run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox:", err)
+		os.Exit(1)
+	}
+}

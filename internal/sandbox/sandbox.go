@@ -1,0 +1,304 @@
+// Package sandbox runs the whole of Berth on one machine: a real control plane (etcd and
+// kube-apiserver), a simulated leaf/spine fabric of GPU nodes with its Volcano HyperNodes,
+// the simulated kubelet, berth-scheduler and berth-controller, all in this process. It
+// applies a directory of manifests, reports while the ModelServings come up, and prints
+// where every pod landed.
+//
+// cmd/sandbox is its command line; the tests run it against a shared control plane.
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
+
+	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/pkg/scheduler"
+	"github.com/berth-sh/berth/pkg/sim"
+)
+
+// Options configure Run.
+type Options struct {
+	// Fabric is the simulated network of GPU nodes.
+	Fabric Fabric
+	// ExamplesDir holds the manifests to apply (every document of every *.yaml, *.yml and
+	// *.json file in it, server-side, whatever the kind).
+	ExamplesDir string
+	// Kubeconfig is where to write a kubeconfig for kubectl while the sandbox runs; it is
+	// removed when Run returns. Empty writes none.
+	Kubeconfig string
+	// Once makes Run return as soon as every ModelServing it applied is Available (nil),
+	// or when Timeout passes first (an error saying which is not and why).
+	Once bool
+	// Timeout bounds the wait for the ModelServings, counted from when the manifests are
+	// applied. Without Once, passing it only prints why they are not Available yet.
+	Timeout time.Duration
+	// PodStartDelay is how long the simulated kubelet takes to start a bound pod.
+	PodStartDelay time.Duration
+	// ControlPlane, when set, is used instead of starting one, and left running: tests share
+	// one per test binary. Objects the sandbox creates stay in it.
+	ControlPlane *controlplane.ControlPlane
+}
+
+// pollInterval is how often Run looks at the ModelServings; a line is printed only when it
+// changed, or every heartbeat while a ModelServing is not Available.
+const (
+	pollInterval = 250 * time.Millisecond
+	heartbeat    = 5 * time.Second
+)
+
+// controlPlaneStopTimeout bounds stopping the control plane; it normally takes a second.
+const controlPlaneStopTimeout = 10 * time.Second
+
+// stopControlPlane stops the control plane, giving up after controlPlaneStopTimeout: the
+// apiserver never finishes stopping once etcd is gone, and Ctrl-C in a terminal signals the
+// whole foreground process group, etcd included. When Run returns the process exits, and
+// etcd, if still alive, dies with it (Pdeathsig); only temporary files remain.
+func stopControlPlane(cp *controlplane.ControlPlane, out io.Writer) {
+	fmt.Fprintln(out, "stopping the control plane")
+	done := make(chan struct{})
+	go func() { cp.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(controlPlaneStopTimeout):
+		fmt.Fprintf(out, "the control plane did not stop within %s (did etcd get the interrupt too?); leaving it behind\n", controlPlaneStopTimeout)
+	}
+}
+
+// Run runs the sandbox until ctx ends (or, with Once, until the ModelServings are
+// Available), writing its progress and placement table to out. Everything it started is
+// stopped before it returns: the scheduler, controller and kubelet first, then the control
+// plane, which would otherwise wait for their open watches.
+func Run(ctx context.Context, o Options, out io.Writer) error {
+	if err := o.Fabric.validate(); err != nil {
+		return err
+	}
+	if o.Timeout <= 0 {
+		return fmt.Errorf("timeout must be positive, got %s", o.Timeout)
+	}
+	// Read the manifests first: a broken file should fail before anything starts.
+	manifests, err := readManifests(o.ExamplesDir)
+	if err != nil {
+		return err
+	}
+
+	cp := o.ControlPlane
+	if cp == nil {
+		fmt.Fprintln(out, "starting etcd and kube-apiserver (building etcd takes about a minute the first time)...")
+		t := time.Now()
+		cp, err = controlplane.Start(ctx, controlplane.Options{})
+		if err != nil {
+			return fmt.Errorf("control plane: %w", err)
+		}
+		defer stopControlPlane(cp, out)
+		fmt.Fprintf(out, "control plane ready in %s\n", time.Since(t).Round(100*time.Millisecond))
+	}
+
+	dir, err := os.MkdirTemp("", "berth-sandbox-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	internalKubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.WriteKubeconfig(internalKubeconfig); err != nil {
+		return err
+	}
+	kubeconfigHint := ""
+	if o.Kubeconfig != "" {
+		path, err := filepath.Abs(o.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		if err := cp.WriteKubeconfig(path); err != nil {
+			return fmt.Errorf("writing kubeconfig: %w", err)
+		}
+		defer os.Remove(path) // its credentials die with the control plane
+		kubeconfigHint = fmt.Sprintf("kubectl --kubeconfig %s get modelservings,podgroups,pods -o wide", path)
+		fmt.Fprintf(out, "kubeconfig: %s (valid while the sandbox runs)\n  %s\n", path, kubeconfigHint)
+	}
+
+	cfg := cp.RESTConfig()
+	cfg.QPS, cfg.Burst = 200, 400
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	vc, err := volcanoclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		return err
+	}
+
+	f := o.Fabric
+	if err := f.create(ctx, kube, vc); err != nil {
+		return fmt.Errorf("simulated fabric: %w", err)
+	}
+	fmt.Fprintf(out, "fabric: %d nodes, %d GPUs (%s); HyperNodes: %d leaf (tier %d), %d spine (tier %d)\n",
+		f.NodeCount(), f.NodeCount()*f.GPUsPerNode, f.describe(), f.Leaves(), LeafTier, f.Spines, SpineTier)
+
+	// The components. Registered after the control plane's Stop, so deferred calls stop
+	// them first.
+	compCtx, cancel := context.WithCancel(ctx)
+	var running sync.WaitGroup
+	defer func() { cancel(); running.Wait() }()
+	failed := make(chan error, 3)
+	component := func(name string, run func(context.Context) error) {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			err := run(compCtx)
+			if compCtx.Err() != nil {
+				return // stopping
+			}
+			if err == nil {
+				err = errors.New("stopped")
+			}
+			failed <- fmt.Errorf("%s: %w", name, err)
+		}()
+	}
+	component("berth-scheduler", func(ctx context.Context) error {
+		return scheduler.RunInProcess(ctx, dir, internalKubeconfig, nil)
+	})
+	// InProcessRestart: a second sandbox in one process (the tests) registers the same
+	// controller names again.
+	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", InProcessRestart: true})
+	if err != nil {
+		return err
+	}
+	component("berth-controller", mgr.Start)
+	component("simulated kubelet", func(ctx context.Context) error {
+		sim.NewKubelet(kube, o.PodStartDelay).Run(ctx)
+		return nil
+	})
+	fmt.Fprintln(out, "running berth-scheduler, berth-controller and the simulated kubelet")
+
+	ap, err := newApplier(cfg, kube)
+	if err != nil {
+		return err
+	}
+	var objs []applied
+	for _, m := range manifests {
+		a, err := ap.apply(ctx, m)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, a)
+		fmt.Fprintf(out, "applied %s (%s)\n", a, filepath.Base(a.file))
+	}
+	if len(objs) == 0 {
+		fmt.Fprintf(out, "%s holds no manifests\n", o.ExamplesDir)
+	}
+
+	return watch(ctx, o, out, cl, newTracked(objs), failed, kubeconfigHint)
+}
+
+// watch prints progress until every tracked ModelServing is Available, then the placement
+// table; with Once it returns there, otherwise it goes on (printing changes, and the table
+// again whenever the placement settles differently) until ctx ends.
+func watch(ctx context.Context, o Options, out io.Writer, cl client.Client, t tracked, failed <-chan error, kubeconfigHint string) error {
+	start := time.Now()
+	timeout := time.NewTimer(o.Timeout)
+	defer timeout.Stop()
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+
+	type printed struct {
+		line string
+		at   time.Time
+	}
+	last := map[string]printed{}
+	lastTable := ""
+	timedOut, reported := false, false
+	var snap *snapshot
+	for {
+		s, err := observe(ctx, cl, t)
+		switch {
+		case err == nil:
+			snap = s
+		case ctx.Err() == nil:
+			return fmt.Errorf("reading ModelServings: %w", err)
+		}
+		if snap != nil && ctx.Err() == nil {
+			lines := snap.progress()
+			keys := make([]string, 0, len(lines))
+			for k := range lines {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			now := time.Now()
+			for _, k := range keys {
+				p, ok := last[k]
+				stale := p.line == lines[k] && now.Sub(p.at) >= heartbeat && !snap.allAvailable()
+				if !ok || p.line != lines[k] || stale {
+					fmt.Fprintln(out, lines[k])
+					last[k] = printed{line: lines[k], at: now}
+				}
+			}
+
+			if snap.allAvailable() {
+				var tb bytes.Buffer
+				snap.table(&tb)
+				if tb.String() != lastTable {
+					if lastTable == "" {
+						fmt.Fprintf(out, "\nevery ModelServing is Available (%d, %s after applying)\n\n", len(snap.servings), time.Since(start).Round(100*time.Millisecond))
+					} else {
+						fmt.Fprintln(out, "\nplacement changed:")
+					}
+					_, _ = out.Write(tb.Bytes())
+					if o.Once {
+						return nil
+					}
+					if lastTable == "" {
+						fmt.Fprintln(out, "\nrunning until interrupted (Ctrl-C)")
+						if kubeconfigHint != "" {
+							fmt.Fprintln(out, "  "+kubeconfigHint)
+						}
+					}
+					lastTable = tb.String()
+				}
+			} else if timedOut && !reported {
+				reason := fmt.Sprintf("not every ModelServing is Available after %s:\n%s", o.Timeout, snap.notAvailable())
+				if o.Once {
+					fmt.Fprintln(out)
+					snap.table(out)
+					return errors.New(reason)
+				}
+				fmt.Fprintf(out, "\n%s\n\n", reason)
+				reported = true
+			}
+		}
+
+		select {
+		case <-ctx.Done():
+			if o.Once {
+				msg := "interrupted before every ModelServing was Available"
+				if snap != nil {
+					msg += ":\n" + snap.notAvailable()
+				}
+				return errors.New(msg)
+			}
+			fmt.Fprintln(out, "\nshutting down")
+			return nil
+		case err := <-failed:
+			return err
+		case <-timeout.C:
+			timedOut = true
+		case <-ticker.C:
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	topologyv1alpha1 "volcano.sh/apis/pkg/apis/topology/v1alpha1"
+
+	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/sandbox"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/pkg/sim"
+)
+
+// One control plane for the package; each test runs a whole sandbox (scheduler, controller,
+// kubelet) on it, one after the other.
+var cp *controlplane.ControlPlane
+
+func TestMain(m *testing.M) {
+	sandbox.ConfigureLogging(0)
+	cptest.Main(m, &cp)
+}
+
+func options() sandbox.Options {
+	return sandbox.Options{
+		Fabric:        sandbox.DefaultFabric(),
+		Once:          true,
+		Timeout:       60 * time.Second,
+		PodStartDelay: 50 * time.Millisecond,
+		ControlPlane:  cp,
+	}
+}
+
+// TestExamples runs the sandbox on examples/ and checks that every ModelServing became
+// Available and that the placement table names every group and every pod with the node,
+// leaf and spine it runs on.
+func TestExamples(t *testing.T) {
+	o := options()
+	o.ExamplesDir = filepath.Join("..", "..", "examples")
+	var out bytes.Buffer
+	require.NoError(t, sandbox.Run(context.Background(), o, &out), "output:\n%s", out.String())
+	t.Logf("output:\n%s", out.String())
+
+	// The table's rows by pod name.
+	rows := map[string][]string{}
+	groups := map[string]bool{}
+	header := -1
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && f[0] == "MODELSERVING" {
+			header = len(f)
+			continue
+		}
+		if header > 0 && len(f) >= 7 {
+			rows[f[3]] = f
+			groups[f[1]] = true
+		}
+	}
+	require.Positive(t, header, "no placement table in the output")
+
+	cl, err := client.New(cp.RESTConfig(), client.Options{Scheme: controller.Scheme()})
+	require.NoError(t, err)
+	ctx := context.Background()
+	var list workloadv1alpha1.ModelServingList
+	require.NoError(t, cl.List(ctx, &list, client.InNamespace("default")))
+	require.Len(t, list.Items, 2, "the examples hold two ModelServings")
+	var nodes corev1.NodeList
+	require.NoError(t, cl.List(ctx, &nodes))
+	nodeLabels := map[string]map[string]string{}
+	for _, n := range nodes.Items {
+		nodeLabels[n.Name] = n.Labels
+	}
+	for _, ms := range list.Items {
+		for i := int32(0); i < *ms.Spec.Replicas; i++ {
+			group := fmt.Sprintf("%s-%d", ms.Name, i)
+			assert.True(t, groups[group], "group %s missing from the table", group)
+		}
+		var pods corev1.PodList
+		require.NoError(t, cl.List(ctx, &pods, client.InNamespace(ms.Namespace),
+			client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name}))
+		require.NotEmpty(t, pods.Items)
+		for _, p := range pods.Items {
+			row := rows[p.Name]
+			if !assert.NotNil(t, row, "pod %s missing from the table", p.Name) {
+				continue
+			}
+			labels := nodeLabels[p.Spec.NodeName]
+			require.NotNil(t, labels, "pod %s is on no known node", p.Name)
+			assert.Equal(t, []string{
+				ms.Namespace + "/" + ms.Name, p.Labels[workloadv1alpha1.GroupNameLabel], p.Labels[workloadv1alpha1.RoleLabel],
+				p.Name, p.Spec.NodeName, labels[sandbox.LeafLabel], labels[sandbox.SpineLabel],
+			}, row[:7], "row of pod %s", p.Name)
+			assert.NotEmpty(t, labels[sandbox.LeafLabel])
+			assert.NotEmpty(t, labels[sandbox.SpineLabel])
+		}
+	}
+}
+
+// TestDoesNotFit gives the sandbox a ModelServing whose pods ask for more GPUs than any node
+// has: Run must fail after the timeout, naming it and saying why its pods are not placed.
+func TestDoesNotFit(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "too-big.yaml"), []byte(`
+# 16 GPUs per pod; the nodes have 8.
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata:
+  name: too-big
+  namespace: sandbox-unfit
+spec:
+  schedulerName: berth-scheduler
+  template:
+    roles:
+    - name: server
+      entryTemplate:
+        spec:
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.11.0
+            resources:
+              requests:
+                nvidia.com/gpu: "16"
+              limits:
+                nvidia.com/gpu: "16"
+`), 0o600))
+	o := options()
+	o.ExamplesDir = dir
+	o.Timeout = 5 * time.Second
+	var out bytes.Buffer
+	err := sandbox.Run(context.Background(), o, &out)
+	t.Logf("output:\n%s", out.String())
+	require.Error(t, err)
+	t.Logf("error:\n%v", err)
+	msg := err.Error()
+	assert.Contains(t, msg, "modelserving sandbox-unfit/too-big is not Available")
+	assert.Contains(t, msg, "pod sandbox-unfit/too-big-0-server-0-0 pending")
+	assert.Contains(t, msg, string(sim.GPUResource), "the reason names the resource that is short")
+}
+
+// TestFabric checks the simulated fabric without a control plane: every node hangs off
+// exactly one leaf HyperNode, the one its labels name, and every leaf off one spine.
+func TestFabric(t *testing.T) {
+	f := sandbox.Fabric{Spines: 3, LeavesPerSpine: 2, NodesPerLeaf: 5, GPUsPerNode: 4, GPUProducts: []string{"h100", "a100"}}
+	nodes := f.Nodes()
+	require.Len(t, nodes, 30)
+	parent := map[string]string{} // member → HyperNode
+	tiers := map[string]int{}
+	for _, hn := range f.HyperNodes() {
+		tiers[hn.Name] = hn.Spec.Tier
+		for _, m := range hn.Spec.Members {
+			require.NotNil(t, m.Selector.ExactMatch)
+			_, dup := parent[m.Selector.ExactMatch.Name]
+			require.False(t, dup, "%s is a member twice", m.Selector.ExactMatch.Name)
+			parent[m.Selector.ExactMatch.Name] = hn.Name
+			if hn.Spec.Tier == sandbox.LeafTier {
+				assert.Equal(t, topologyv1alpha1.MemberTypeNode, m.Type)
+				assert.Equal(t, sandbox.LeafTierName, hn.Spec.TierName)
+			} else {
+				assert.Equal(t, topologyv1alpha1.MemberTypeHyperNode, m.Type)
+				assert.Equal(t, sandbox.SpineTierName, hn.Spec.TierName)
+			}
+		}
+	}
+	assert.Len(t, tiers, 6+3)
+	names := map[string]bool{}
+	for _, n := range nodes {
+		require.False(t, names[n.Name], "node name %s twice", n.Name)
+		names[n.Name] = true
+		leaf, spine := n.Labels[sandbox.LeafLabel], n.Labels[sandbox.SpineLabel]
+		assert.Equal(t, leaf, parent[n.Name], "node %s", n.Name)
+		assert.Equal(t, spine, parent[leaf], "leaf %s", leaf)
+		assert.Equal(t, spine, n.Labels[corev1.LabelTopologyZone])
+		want := "NVIDIA-H100-80GB-HBM3"
+		if spine == "spine-1" {
+			want = "NVIDIA-A100-SXM4-80GB"
+		}
+		assert.Equal(t, want, n.Labels[sim.GPUProductLabel], "node %s under %s", n.Name, spine)
+		gpus := n.Status.Allocatable[sim.GPUResource]
+		assert.Equal(t, int64(4), gpus.Value())
+	}
+}
