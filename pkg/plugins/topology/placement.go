@@ -116,14 +116,14 @@ func chooseDomain(c *choice) (*plan, string) {
 	if !c.group.hard || c.fabric.Top() == 0 {
 		// Soft: no domain holds the group, so it goes wherever it fits, still in one zone.
 		for _, zone := range zones {
-			t := zone
-			if t == nil {
-				t = &target{name: "the cluster", nodes: allNodes(c)}
+			if zone == nil {
+				// Anywhere: no target, so neither a confinement nor a preference.
+				return &plan{}, ""
 			}
-			if !containsAll(t.nodes, c.placed) {
+			if !containsAll(zone.nodes, c.placed) {
 				continue
 			}
-			if a := c.simulate(t); a.ok {
+			if a := c.simulate(zone); a.ok {
 				return a.plan(), ""
 			}
 		}
@@ -145,16 +145,6 @@ func chooseDomain(c *choice) (*plan, string) {
 		msg += fmt.Sprintf("; the best, %s, holds %d", best.where.name, best.placedPods)
 	}
 	return nil, msg
-}
-
-func allNodes(c *choice) sets.Set[string] {
-	s := sets.New[string]()
-	for _, ds := range c.fabric.Domains {
-		for _, d := range ds {
-			s.Insert(d.Nodes...)
-		}
-	}
-	return s
 }
 
 // restrict is the part of domain d inside zone, or nil when they do not meet.

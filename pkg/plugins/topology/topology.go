@@ -78,6 +78,7 @@ type groupState struct {
 
 var (
 	_ fwk.PreFilterPlugin   = &Topology{}
+	_ fwk.PostFilterPlugin  = &Topology{}
 	_ fwk.PreScorePlugin    = &Topology{}
 	_ fwk.ScorePlugin       = &Topology{}
 	_ fwk.ReservePlugin     = &Topology{}
@@ -238,6 +239,7 @@ func (t *Topology) currentFabric() (*Fabric, error) {
 type cycleState struct {
 	fabric *Fabric
 	target *target
+	key    string // the group
 }
 
 func (c *cycleState) Clone() fwk.StateData { return c }
@@ -386,31 +388,34 @@ func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev
 			tgt = s
 		}
 	}
-	state.Write(stateKey, &cycleState{fabric: f, target: tgt})
-	if tgt == nil || !t.confines(rule, tgt, p) {
+	state.Write(stateKey, &cycleState{fabric: f, target: tgt, key: key})
+	if tgt == nil {
 		return nil, nil
 	}
+	// Hard constraints confine the pod to its target. Soft ones steer it there the same way
+	// while the plan says the group fits: kube-scheduler scores only a sample of the nodes
+	// in a large cluster, and a preference the sample misses is no preference. If the pod
+	// still fails there, PostFilter gives the domain up and the next attempt looks elsewhere.
 	return &fwk.PreFilterResult{NodeNames: tgt.nodes.Clone()}, nil
 }
 
-// confines says whether the pod must stay inside its target rather than prefer it.
-func (t *Topology) confines(rule *groupRule, tgt *target, p *plan) bool {
-	if tgt != p.group {
-		for _, c := range rule.subs {
-			if c.hard {
-				return true
-			}
+// PostFilter runs when the pod fit no node it was allowed: the group's next attempt tries
+// another domain first (and, in soft mode, anywhere once no domain is left).
+func (t *Topology) PostFilter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	s, err := state.Read(stateKey)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	cs := s.(*cycleState)
+	t.mu.Lock()
+	if st := t.groups[cs.key]; st != nil {
+		if cs.target != nil && cs.target.tier > 0 && t.args.retryOtherDomain() > 0 {
+			st.avoid[cs.target.name] = time.Now().Add(t.args.retryOtherDomain())
 		}
+		st.plan = nil
 	}
-	if rule.group != nil && rule.group.hard {
-		return true
-	}
-	for _, s := range rule.spread {
-		if s.hard {
-			return true
-		}
-	}
-	return false
+	t.mu.Unlock()
+	return nil, fwk.NewStatus(fwk.Unschedulable)
 }
 
 func hasSubTopology(pg *volcanov1beta1.PodGroup) bool {
