@@ -107,8 +107,10 @@ func startEtcdOnce(ctx context.Context, logger klog.Logger, binary, dir string, 
 	e.cmd.Stderr = logFile
 	// Pdeathsig kills etcd when the test binary dies without running Stop
 	// (test timeout panic, os.Exit, SIGKILL), so no orphan keeps its ports
-	// and data dir busy. Linux only, like the rest of this package.
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// and data dir busy. Setpgid takes etcd out of the terminal's foreground process
+	// group, so Ctrl-C reaches the sandbox (which stops the apiserver, then etcd) and not
+	// etcd directly. Linux only, like the rest of this package.
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 
 	logger.V(1).Info("Starting etcd", "binary", binary, "clientURL", clientURL, "log", e.logPath)
 	if err := e.cmd.Start(); err != nil {

@@ -81,8 +81,11 @@ func (k *Kubelet) observe(ctx context.Context, p *corev1.Pod) {
 }
 
 func (k *Kubelet) ip() string {
-	n := k.nextIP.Add(1)
-	return fmt.Sprintf("127.%d.%d.%d", 1+(n>>16)&0xff, (n>>8)&0xff, 1+n&0xfe)
+	// Last octet 1..254, so no pod gets a network or broadcast-looking address and no two
+	// pods share one (until 16 million pods).
+	n := k.nextIP.Add(1) - 1
+	last, rest := 1+n%254, n/254
+	return fmt.Sprintf("127.%d.%d.%d", 1+(rest>>8)%255, rest&0xff, last)
 }
 
 func (k *Kubelet) markRunning(ctx context.Context, ns, name string, uid any) error {

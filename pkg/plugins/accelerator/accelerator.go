@@ -52,7 +52,9 @@ func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, err
 	}
-	return newAccelerator(args), nil
+	pl := newAccelerator(args)
+	shared.Store(pl)
+	return pl, nil
 }
 
 func newAccelerator(args *Args) *Accelerator {

@@ -36,6 +36,16 @@ type unitToPlace struct {
 type nodePool struct {
 	free     func(node string) map[corev1.ResourceName]int64
 	eligible func(pod *corev1.Pod, node string) bool
+	// cost is the node's accelerator class cost per device (the accelerator plugin's
+	// classCosts); nil means every class costs the same.
+	cost func(node string) int64
+}
+
+func (p nodePool) costOf(node string) int64 {
+	if p.cost == nil {
+		return 0
+	}
+	return p.cost(node)
 }
 
 // target is where a group (or subgroup) is meant to go: a network domain, a spread domain
@@ -181,15 +191,20 @@ type attempt struct {
 
 func (a *attempt) plan() *plan { return &plan{group: a.where, sub: a.sub} }
 
-// leftover is what a target keeps free after the group is placed; the tightest fit wins so
-// that emptier domains stay free for larger groups.
+// leftover ranks placements: the cheapest accelerator class first (as the accelerator
+// plugin scores), then the tightest fit, so that emptier domains and nodes stay free for
+// larger groups.
 type leftover struct {
-	devices  int64 // accelerator devices (extended resources)
+	cost     int64 // class cost of the devices used
+	devices  int64 // accelerator devices (extended resources) left free
 	milliCPU int64
 	name     string
 }
 
 func (l leftover) less(o leftover) bool {
+	if l.cost != o.cost {
+		return l.cost < o.cost
+	}
 	if l.devices != o.devices {
 		return l.devices < o.devices
 	}
@@ -251,6 +266,9 @@ func (s *simulation) bestNode(pod *corev1.Pod, req map[corev1.ResourceName]int64
 		for name, v := range s.pool.free(n) {
 			if isDevice(name) {
 				l.devices += v - s.used[n][name] - req[name]
+				if req[name] > 0 {
+					l.cost = s.pool.costOf(n)
+				}
 			}
 		}
 		if best == "" || l.less(bestLeft) {
@@ -303,6 +321,7 @@ func (c *choice) simulate(t *target) *attempt {
 		for name, v := range free {
 			if isDevice(name) {
 				a.leftover.devices += v - s.used[n][name]
+				a.leftover.cost += s.used[n][name] * c.pool.costOf(n)
 			}
 		}
 		a.leftover.milliCPU += free[corev1.ResourceCPU] - s.used[n][corev1.ResourceCPU]

@@ -37,6 +37,7 @@ import (
 	topologylisters "volcano.sh/apis/pkg/client/listers/topology/v1alpha1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/plugins/accelerator"
 	"github.com/berth-sh/berth/pkg/plugins/gang"
 )
 
@@ -694,6 +695,12 @@ func (t *Topology) pool() nodePool {
 		eligible: func(pod *corev1.Pod, name string) bool {
 			n := nodes[name]
 			return n != nil && eligible(pod, n)
+		},
+		cost: func(name string) int64 {
+			if n := nodes[name]; n != nil {
+				return accelerator.ClassCost(n)
+			}
+			return 0
 		},
 	}
 }

@@ -204,3 +204,17 @@ func TestArgsValidation(t *testing.T) {
 }
 
 var _ = resource.MustParse
+
+func TestChooseDomainPrefersTheCheaperClass(t *testing.T) {
+	f := FabricFromLabels(labelTiers, testNodes())
+	pl := pool(nil)
+	// Spine s0 is the expensive class: a group that fits in a leaf of either goes to s1.
+	pl.cost = func(n string) int64 {
+		if strings.HasPrefix(n, "n-0") {
+			return 2200
+		}
+		return 1000
+	}
+	p, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 4), pool: pl})
+	assert.Equal(t, "l10", p.group.name)
+}
