@@ -56,13 +56,14 @@ func groupIndex(ms, group string) (int, bool) {
 }
 
 // needsPodGroup says whether a group gets a Volcano PodGroup: when a gang-aware scheduler
-// places it and the group asks for a gang, a topology, or has a role with workers.
+// places it and the group asks for a gang, a topology, or has a role with workers, or when
+// the ModelServing spreads its groups (the scheduler counts groups by their PodGroup).
 func needsPodGroup(ms *workloadv1alpha1.ModelServing) bool {
 	if ms.Spec.SchedulerName != berthScheduler && ms.Spec.SchedulerName != volcanoScheduler {
 		return false
 	}
 	t := ms.Spec.Template
-	if t.GangPolicy != nil || t.NetworkTopology != nil {
+	if t.GangPolicy != nil || t.NetworkTopology != nil || len(ms.Spec.TopologySpreadConstraints) > 0 {
 		return true
 	}
 	for _, r := range t.Roles {

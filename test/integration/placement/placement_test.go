@@ -232,11 +232,23 @@ func TestAcceleratorClass(t *testing.T) {
 	assert.Contains(t, pending["impossible"], "nvidia.com/gpu.memory", "the refusal names the label that falls short")
 }
 
-// TestServingGroupsSpreadAcrossZones: a ModelServing of 4 groups (entry + worker, 4 GPUs
-// each) with maxSkew 1 across two zones puts two whole groups in each zone: groups are
-// counted, not pods, and a group is not split across zones.
+// TestServingGroupsSpreadAcrossZones: a ModelServing of 4 groups with maxSkew 1 across two
+// zones puts two whole groups in each zone: groups are counted, not pods, and a group is not
+// split across zones. Once with an entry and a worker per group (4 GPUs each), once with a
+// single pod per group (the controller then creates a PodGroup only for the spread).
 func TestServingGroupsSpreadAcrossZones(t *testing.T) {
+	for _, workers := range []int32{1, 0} {
+		t.Run(fmt.Sprintf("%d worker(s)", workers), func(t *testing.T) { spreadGroups(t, workers) })
+	}
+}
+
+func spreadGroups(t *testing.T, workers int32) {
 	w := newWorld(t)
+	role := workloadv1alpha1.Role{Name: "server", Replicas: ptr.To[int32](1), WorkerReplicas: workers,
+		EntryTemplate: workloadv1alpha1.PodTemplateSpec{Spec: podSpec(4)}}
+	if workers > 0 {
+		role.WorkerTemplate = &workloadv1alpha1.PodTemplateSpec{Spec: podSpec(4)}
+	}
 	ms := &workloadv1alpha1.ModelServing{
 		ObjectMeta: metav1.ObjectMeta{Name: "spread", Namespace: w.ns},
 		Spec: workloadv1alpha1.ModelServingSpec{
@@ -245,15 +257,12 @@ func TestServingGroupsSpreadAcrossZones(t *testing.T) {
 			TopologySpreadConstraints: []workloadv1alpha1.TopologySpreadConstraint{{
 				MaxSkew: 1, TopologyKey: zoneLabel, WhenUnsatisfiable: corev1.DoNotSchedule,
 			}},
-			Template: workloadv1alpha1.ServingGroup{Roles: []workloadv1alpha1.Role{{
-				Name: "server", Replicas: ptr.To[int32](1), WorkerReplicas: 1,
-				EntryTemplate:  workloadv1alpha1.PodTemplateSpec{Spec: podSpec(4)},
-				WorkerTemplate: &workloadv1alpha1.PodTemplateSpec{Spec: podSpec(4)},
-			}}},
+			Template: workloadv1alpha1.ServingGroup{Roles: []workloadv1alpha1.Role{role}},
 		},
 	}
 	require.NoError(t, cl.Create(w.ctx, ms))
-	w.eventually("8 pods bound", 60*time.Second, func() bool {
+	want := 4 * int(1+workers)
+	w.eventually(fmt.Sprintf("%d pods bound", want), 60*time.Second, func() bool {
 		pods, err := kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{})
 		require.NoError(t, err)
 		bound := 0
@@ -262,7 +271,7 @@ func TestServingGroupsSpreadAcrossZones(t *testing.T) {
 				bound++
 			}
 		}
-		return bound == 8
+		return bound == want
 	})
 	pods, err := kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{})
 	require.NoError(t, err)
