@@ -155,7 +155,10 @@ func roleOf(p *corev1.Pod) string {
 	return "pods"
 }
 
-// podRequests returns the pod's effective requests (init containers and overhead included).
+// PodRequests returns the pod's effective requests (init containers and overhead included),
+// one pod slot among them, cpu in millicores.
+func PodRequests(p *corev1.Pod) map[corev1.ResourceName]int64 { return podRequests(p) }
+
 func podRequests(p *corev1.Pod) map[corev1.ResourceName]int64 {
 	out := map[corev1.ResourceName]int64{}
 	out[corev1.ResourcePods] = 1 // every pod takes one of the node's pod slots

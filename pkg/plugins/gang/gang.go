@@ -407,24 +407,32 @@ func (c *snapshotCapacity) free(i int) map[corev1.ResourceName]int64 {
 	if f, ok := c.cache[i]; ok {
 		return f
 	}
-	ni := c.infos[i]
-	var free map[corev1.ResourceName]int64
-	if node := ni.Node(); node != nil && !node.Spec.Unschedulable {
-		alloc, used := ni.GetAllocatable(), ni.GetRequested()
-		free = map[corev1.ResourceName]int64{
-			corev1.ResourceCPU:    alloc.GetMilliCPU() - used.GetMilliCPU(),
-			corev1.ResourceMemory: alloc.GetMemory() - used.GetMemory(),
-			corev1.ResourcePods:   int64(alloc.GetAllowedPodNumber() - len(ni.GetPods())),
-		}
-		if es := alloc.GetEphemeralStorage(); es > 0 {
-			free[corev1.ResourceEphemeralStorage] = es - used.GetEphemeralStorage()
-		}
-		usedScalar := used.GetScalarResources()
-		for name, v := range alloc.GetScalarResources() {
-			free[name] = v - usedScalar[name]
-		}
+	f := FreeOf(c.infos[i])
+	c.cache[i] = f
+	return f
+}
+
+// FreeOf is a node's allocatable minus what its pods request (pods held in Permit
+// included), cpu in millicores; nil for a node that takes no new pods. The topology plugin
+// simulates placements on the same numbers.
+func FreeOf(ni fwk.NodeInfo) map[corev1.ResourceName]int64 {
+	node := ni.Node()
+	if node == nil || node.Spec.Unschedulable {
+		return nil
 	}
-	c.cache[i] = free
+	alloc, used := ni.GetAllocatable(), ni.GetRequested()
+	free := map[corev1.ResourceName]int64{
+		corev1.ResourceCPU:    alloc.GetMilliCPU() - used.GetMilliCPU(),
+		corev1.ResourceMemory: alloc.GetMemory() - used.GetMemory(),
+		corev1.ResourcePods:   int64(alloc.GetAllowedPodNumber() - len(ni.GetPods())),
+	}
+	if es := alloc.GetEphemeralStorage(); es > 0 {
+		free[corev1.ResourceEphemeralStorage] = es - used.GetEphemeralStorage()
+	}
+	usedScalar := used.GetScalarResources()
+	for name, v := range alloc.GetScalarResources() {
+		free[name] = v - usedScalar[name]
+	}
 	return free
 }
 

@@ -45,8 +45,8 @@ import (
 const Name = "BerthTopology"
 
 const (
-	stateKey          fwk.StateKey = Name
-	podsByServingIdx               = "berth-topology-modelserving"
+	stateKey          fwk.StateKey      = Name
+	podsByServingIdx                    = "berth-topology-modelserving"
 	hyperNodeResource fwk.EventResource = "hypernodes.v1alpha1.topology.volcano.sh"
 )
 
@@ -491,7 +491,7 @@ func (t *Topology) planFor(key string, pg *volcanov1beta1.PodGroup, pod *corev1.
 			for _, p := range u.Pods {
 				if pendingSet.Has(p.UID) {
 					tp.pods = append(tp.pods, p)
-					tp.reqs = append(tp.reqs, podRequests(p))
+					tp.reqs = append(tp.reqs, gang.PodRequests(p))
 				} else if n := placedNode[p.UID]; n != "" {
 					tp.along = append(tp.along, n)
 				}
@@ -686,7 +686,7 @@ func (t *Topology) pool() nodePool {
 			ni, err := lister.Get(name)
 			var f map[corev1.ResourceName]int64
 			if err == nil && ni.Node() != nil {
-				f = freeOf(ni)
+				f = gang.FreeOf(ni)
 				nodes[name] = ni.Node()
 			}
 			cache[name] = f
@@ -716,4 +716,3 @@ func (t *Topology) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint
 		{Event: fwk.ClusterEvent{Resource: hyperNodeResource, ActionType: fwk.All}},
 	}, nil
 }
-
