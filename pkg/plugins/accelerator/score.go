@@ -28,7 +28,7 @@ func (s *scoreState) Clone() fwk.StateData { return s }
 
 // PreScore decides how the pod is scored. A pod that requests no accelerator is not scored
 // at all unless preferNodesWithoutAccelerators is on.
-func (pl *Accelerator) PreScore(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+func (pl *Accelerator) PreScore(_ context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	var s scoreState
 	if req, err := readRequirement(state); err == nil {
 		s.res, s.count = req.res, req.count
@@ -37,7 +37,9 @@ func (pl *Accelerator) PreScore(_ context.Context, state fwk.CycleState, pod *co
 		s.res, s.count = pl.acc.deviceRequest(pod)
 	}
 	if s.res == nil || s.count <= 0 {
-		if !*pl.args.PreferNodesWithoutAccelerators {
+		if !*pl.args.PreferNodesWithoutAccelerators || !pl.anyOffersAccelerator(nodes) {
+			// Nothing to prefer when no candidate node has an accelerator: skipping saves
+			// a Score call per node for every CPU-only pod of a CPU-only cluster.
 			return fwk.NewStatus(fwk.Skip)
 		}
 		s.res, s.count = nil, 0
@@ -150,4 +152,13 @@ func (pl *Accelerator) NormalizeScore(_ context.Context, state fwk.CycleState, _
 		scores[i].Score = bottom + (p-lo[c])*(width-1)/(hi[c]-lo[c])
 	}
 	return nil
+}
+
+func (pl *Accelerator) anyOffersAccelerator(nodes []fwk.NodeInfo) bool {
+	for _, n := range nodes {
+		if pl.offersAccelerator(n) {
+			return true
+		}
+	}
+	return false
 }
