@@ -40,6 +40,7 @@ func TestNetworkTopology(t *testing.T) {
 			t.Run("hard groups never cross the allowed tier", func(t *testing.T) { hardNeverCrosses(t, fab.fabric) })
 			t.Run("soft groups stay in one leaf when one can hold them", func(t *testing.T) { softStaysInLeaf(t, fab.fabric) })
 			t.Run("a group that fits only across leaves", func(t *testing.T) { onlyAcrossLeaves(t, fab.fabric) })
+			t.Run("subgroups keep their own leaf inside the group's spine", func(t *testing.T) { subgroupsInLeaves(t, fab.fabric) })
 		})
 	}
 }
@@ -176,6 +177,50 @@ func onlyAcrossLeaves(t *testing.T, f *fabric) {
 	byGroup, _ = w.placement()
 	assert.True(t, spansAtMost(f, 2, byGroup["hard-spine"]), "hard tier 2 stays in a spine: %v", domains(f, 2, byGroup["hard-spine"]))
 	assert.False(t, spansAtMost(f, 1, byGroup["soft-leaf"]), "soft crosses leaves when it must")
+}
+
+// subgroupsInLeaves: every leaf has two whole nodes left, so a group of two replicas of two
+// 8-GPU pods fits no leaf; with the group allowed a spine and each replica (a subgroup) only
+// a leaf, each replica must take both whole nodes of one leaf, in one spine.
+func subgroupsInLeaves(t *testing.T, f *fabric) {
+	w := newWorld(t)
+	kept := map[string]int{}
+	for i := 0; i < numNodes; i++ {
+		n := nodeName(i)
+		if leaf := f.domain(n, 1); kept[leaf] < 2 {
+			kept[leaf]++
+			continue
+		}
+		w.createPod("filler-"+n, gpusEach, nil, n)
+	}
+	const replicaLabel = "berth.test/replica"
+	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "tp", Namespace: w.ns},
+		Spec: volcanov1beta1.PodGroupSpec{MinMember: 4, NetworkTopology: hard(2),
+			SubGroupPolicy: []volcanov1beta1.SubGroupPolicySpec{{Name: "replica", SubGroupSize: ptr.To[int32](2), MinSubGroups: ptr.To[int32](2),
+				MatchLabelKeys: []string{replicaLabel}, NetworkTopology: hard(1)}}}}
+	_, err := vc.SchedulingV1beta1().PodGroups(w.ns).Create(w.ctx, pg, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for r := 0; r < 2; r++ {
+		for k := 0; k < 2; k++ {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tp-%d-%d", r, k), Namespace: w.ns,
+				Labels:      map[string]string{replicaLabel: fmt.Sprint(r)},
+				Annotations: map[string]string{"scheduling.k8s.io/group-name": "tp", "volcano.sh/task-spec": fmt.Sprintf("replica-%d", r)}},
+				Spec: podSpec(8)}
+			_, err := kube.CoreV1().Pods(w.ns).Create(w.ctx, p, metav1.CreateOptions{})
+			require.NoError(t, err)
+		}
+	}
+	w.eventually("the group bound", 30*time.Second, func() bool {
+		byGroup, _ := w.placement()
+		return len(byGroup["tp"]) == 4
+	})
+	var all []string
+	for r := 0; r < 2; r++ {
+		nodes := []string{w.node(fmt.Sprintf("tp-%d-0", r)), w.node(fmt.Sprintf("tp-%d-1", r))}
+		assert.True(t, spansAtMost(f, 1, nodes), "replica %d split across leaves: %v", r, domains(f, 1, nodes))
+		all = append(all, nodes...)
+	}
+	assert.True(t, spansAtMost(f, 2, all), "the group crossed its spine: %v", domains(f, 2, all))
 }
 
 // TestTensorParallelPodFindsWholeNode: after 200 single-GPU pods, an 8-GPU pod still finds a
