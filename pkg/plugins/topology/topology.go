@@ -72,9 +72,10 @@ type Topology struct {
 
 // groupState is the plugin's memory of one group between scheduling cycles.
 type groupState struct {
-	plan     *plan
-	reserved map[types.UID]placedPod // reserved pods not yet seen bound
-	avoid    map[string]time.Time    // domain -> until when it is tried last
+	plan      *plan
+	announced string                  // the domain the last DomainChosen event named
+	reserved  map[types.UID]placedPod // reserved pods not yet seen bound
+	avoid     map[string]time.Time    // domain -> until when it is tried last
 }
 
 var (
@@ -369,6 +370,7 @@ func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev
 	}
 	rule, err := t.rules(pod, pg, f)
 	if err != nil {
+		groupsRefused.WithLabelValues("invalid").Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if rule.empty() {
@@ -518,21 +520,59 @@ func (t *Topology) planFor(key string, pg *volcanov1beta1.PodGroup, pod *corev1.
 			zones = append(zones, nil) // ScheduleAnyway: anywhere, as a last resort
 		}
 		if len(zones) == 0 {
+			groupsRefused.WithLabelValues("spread").Inc()
 			return nil, fmt.Sprintf("no %s domain may take another group within maxSkew %d (groups per domain: %s)",
 				rule.spread[0].key, rule.spread[0].maxSkew, describeCounts(counts)), nil
 		}
 		c.zones = zones
 	}
 	p, msg := chooseDomain(c)
-	if p != nil {
-		t.mu.Lock()
-		t.stateLocked(key).plan = p
-		t.mu.Unlock()
-		if len(placed) == 0 && p.group != nil {
-			klog.Background().V(4).Info("Chose a domain for the group", "plugin", Name, "group", key, "domain", p.group.name, "tier", p.group.tier)
-		}
+	if p == nil {
+		groupsRefused.WithLabelValues("no_domain").Inc()
+		return nil, msg, nil
 	}
-	return p, msg, nil
+	t.mu.Lock()
+	st = t.stateLocked(key)
+	st.plan = p
+	where := "anywhere"
+	if p.group != nil {
+		where = p.group.name
+	}
+	announce := len(placed) == 0 && st.announced != where
+	if announce {
+		st.announced = where
+	}
+	t.mu.Unlock()
+	if announce {
+		// One event per new choice, not per retry: a decision the user can see on the PodGroup.
+		tierName, note := "anywhere", "no domain can hold the group; it goes wherever it fits"
+		if p.group != nil {
+			tierName = f.TierName(p.group.tier)
+			if p.group.tier == 0 {
+				tierName = "spread domain"
+			}
+			note = fmt.Sprintf("%s %s holds the group's %d pods", tierName, p.group.name, countPods(c.units))
+		}
+		domainsChosen.WithLabelValues(tierName).Inc()
+		t.handle.EventRecorder().Eventf(podGroupRef(pg), nil, corev1.EventTypeNormal, "DomainChosen", "Scheduling", note)
+		klog.Background().V(4).Info("Chose a domain for the group", "plugin", Name, "group", key, "domain", where)
+	}
+	return p, "", nil
+}
+
+func countPods(units []unitToPlace) int {
+	n := 0
+	for _, u := range units {
+		n += len(u.pods)
+	}
+	return n
+}
+
+func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		APIVersion: volcanov1beta1.SchemeGroupVersion.String(), Kind: "PodGroup",
+		Namespace: pg.Namespace, Name: pg.Name, UID: pg.UID, ResourceVersion: pg.ResourceVersion,
+	}
 }
 
 // servingPlaced returns every bound or reserved pod of the pod's ModelServing.

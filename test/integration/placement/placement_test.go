@@ -177,6 +177,18 @@ func onlyAcrossLeaves(t *testing.T, f *fabric) {
 	byGroup, _ = w.placement()
 	assert.True(t, spansAtMost(f, 2, byGroup["hard-spine"]), "hard tier 2 stays in a spine: %v", domains(f, 2, byGroup["hard-spine"]))
 	assert.False(t, spansAtMost(f, 1, byGroup["soft-leaf"]), "soft crosses leaves when it must")
+
+	// The choice is an event on the PodGroup.
+	w.eventually("a DomainChosen event naming a spine", 10*time.Second, func() bool {
+		evs, err := kube.EventsV1().Events(w.ns).List(w.ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "hard-spine" && e.Reason == "DomainChosen" && strings.HasPrefix(e.Note, "spine ") {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // subgroupsInLeaves: every leaf has two whole nodes left, so a group of two replicas of two
