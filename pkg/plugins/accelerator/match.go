@@ -10,12 +10,21 @@ import (
 // (products, families, minimum memory per device) for the accelerator the pod requests,
 // or, for a pod that requests none but states requirements, for the first accelerator the
 // node offers. It does not count free devices: callers simulating placement (the topology
-// plugin) do their own accounting. It reads the default resources and label keys.
+// plugin) do their own accounting. It reads the resources and label keys of the plugin built
+// last in this process (the profile's), or the defaults when none was built.
 //
 // A pod without accelerator annotations matches every node. A malformed annotation
 // matches none, and the reason names it.
 func Match(pod *corev1.Pod, node *corev1.Node) (ok bool, reason string) {
-	return defaultAccelerators.match(pod, node)
+	return configured().match(pod, node)
+}
+
+// configured is the profile's accelerator list, shared like the class costs (cost.go).
+func configured() *accelerators {
+	if pl := shared.Load(); pl != nil {
+		return pl.acc
+	}
+	return defaultAccelerators
 }
 
 func (a *accelerators) match(pod *corev1.Pod, node *corev1.Node) (bool, string) {
