@@ -21,9 +21,9 @@ import (
 	"github.com/berth-sh/berth/pkg/scheduler"
 )
 
-// TestNetworkTopology runs the topology scenarios twice: with tiers from node labels (no
-// HyperNode exists), then with HyperNodes that group the same nodes differently.
-func TestNetworkTopology(t *testing.T) {
+// TestPlacement runs every scenario twice: with tiers from node labels (no HyperNode
+// exists), then with HyperNodes that group the same nodes differently.
+func TestPlacement(t *testing.T) {
 	startSystem(t)
 	ctx := context.Background()
 	for _, fab := range []struct {
@@ -41,6 +41,9 @@ func TestNetworkTopology(t *testing.T) {
 			t.Run("soft groups stay in one leaf when one can hold them", func(t *testing.T) { softStaysInLeaf(t, fab.fabric) })
 			t.Run("a group that fits only across leaves", func(t *testing.T) { onlyAcrossLeaves(t, fab.fabric) })
 			t.Run("subgroups keep their own leaf inside the group's spine", func(t *testing.T) { subgroupsInLeaves(t, fab.fabric) })
+			t.Run("an 8-GPU pod finds a whole node after 200 one-GPU pods", tensorParallelPodFindsWholeNode)
+			t.Run("accelerator product, family, memory and the cheaper class", acceleratorClass)
+			t.Run("ServingGroups spread across zones, counted as groups", servingGroupsSpreadAcrossZones)
 		})
 	}
 }
@@ -235,9 +238,9 @@ func subgroupsInLeaves(t *testing.T, f *fabric) {
 	assert.True(t, spansAtMost(f, 2, all), "the group crossed its spine: %v", domains(f, 2, all))
 }
 
-// TestTensorParallelPodFindsWholeNode: after 200 single-GPU pods, an 8-GPU pod still finds a
+// tensorParallelPodFindsWholeNode: after 200 single-GPU pods, an 8-GPU pod still finds a
 // whole node, because small pods are packed onto partly used nodes.
-func TestTensorParallelPodFindsWholeNode(t *testing.T) {
+func tensorParallelPodFindsWholeNode(t *testing.T) {
 	w := newWorld(t)
 	for i := 0; i < 200; i++ {
 		w.createPod(fmt.Sprintf("small-%d", i), 1, nil, "")
@@ -258,9 +261,9 @@ func TestTensorParallelPodFindsWholeNode(t *testing.T) {
 	assert.GreaterOrEqual(t, whole, 6, "200 one-GPU pods should fill 25 nodes, leaving 7 whole")
 }
 
-// TestAcceleratorClass: spine 0 has A100 40GB nodes, spine 1 H100 80GB. Product, family and
+// acceleratorClass: spine 0 has A100 40GB nodes, spine 1 H100 80GB. Product, family and
 // memory requirements are honoured; with none, the cheaper A100 is chosen.
-func TestAcceleratorClass(t *testing.T) {
+func acceleratorClass(t *testing.T) {
 	w := newWorld(t)
 	w.createPod("wants-h100", 2, map[string]string{"accelerator.berth.sh/products": h100}, "")
 	w.createPod("wants-80gi", 2, map[string]string{"accelerator.berth.sh/min-memory": "80Gi"}, "")
@@ -289,11 +292,11 @@ func TestAcceleratorClass(t *testing.T) {
 	assert.Contains(t, pending["impossible"], "nvidia.com/gpu.memory", "the refusal names the label that falls short")
 }
 
-// TestServingGroupsSpreadAcrossZones: a ModelServing of 4 groups with maxSkew 1 across two
+// servingGroupsSpreadAcrossZones: a ModelServing of 4 groups with maxSkew 1 across two
 // zones puts two whole groups in each zone: groups are counted, not pods, and a group is not
 // split across zones. Once with an entry and a worker per group (4 GPUs each), once with a
 // single pod per group (the controller then creates a PodGroup only for the spread).
-func TestServingGroupsSpreadAcrossZones(t *testing.T) {
+func servingGroupsSpreadAcrossZones(t *testing.T) {
 	for _, workers := range []int32{1, 0} {
 		t.Run(fmt.Sprintf("%d worker(s)", workers), func(t *testing.T) { spreadGroups(t, workers) })
 	}
