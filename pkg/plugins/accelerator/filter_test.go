@@ -66,14 +66,26 @@ func TestFilterReasons(t *testing.T) {
 			"cpu":      "node has no nvidia.com/gpu",
 		},
 	}, {
-		// GFD reports what the driver reports: an "80GB" H100 has 81559 MiB, less than 80Gi.
+		// GFD reports what the driver reports: an "80GB" H100 has 81559 MiB, 0.4% under
+		// 80Gi; the 1% tolerance lets "80Gi" mean the 80 GB class.
 		name: "memory in binary units",
 		pod:  gpuPod("p", 1, map[string]string{MinMemoryAnnotation: "80Gi"}),
 		want: map[string]string{
-			"h100":     "nvidia.com/gpu.memory is 81559 MiB, pod needs 80Gi per device",
-			"small":    "nvidia.com/gpu.memory is 81559 MiB, pod needs 80Gi per device",
 			"nolabels": "node has no nvidia.com/gpu.memory label, pod needs 80Gi per device",
 			"a100-40g": "nvidia.com/gpu.memory is 40960 MiB, pod needs 80Gi per device",
+			"cpu":      "node has no nvidia.com/gpu",
+		},
+	}, {
+		// 81Gi less 1% is 82115 MiB: more than either 80 GB device reports.
+		name: "memory just above a class",
+		pod:  gpuPod("p", 1, map[string]string{MinMemoryAnnotation: "81Gi"}),
+		want: map[string]string{
+			"busy":     "nvidia.com/gpu.memory is 81920 MiB, pod needs 81Gi per device",
+			"a100":     "nvidia.com/gpu.memory is 81920 MiB, pod needs 81Gi per device",
+			"h100":     "nvidia.com/gpu.memory is 81559 MiB, pod needs 81Gi per device",
+			"small":    "nvidia.com/gpu.memory is 81559 MiB, pod needs 81Gi per device",
+			"nolabels": "node has no nvidia.com/gpu.memory label, pod needs 81Gi per device",
+			"a100-40g": "nvidia.com/gpu.memory is 40960 MiB, pod needs 81Gi per device",
 			"cpu":      "node has no nvidia.com/gpu",
 		},
 	}, {

@@ -86,7 +86,7 @@ func matchNode(r *requirement, res *AcceleratorResource, labels map[string]strin
 		if !ok {
 			return false, fmt.Sprintf("%s is %q, not a memory size; pod needs %s per device", res.MemoryLabel, v, r.minMemory)
 		}
-		if mib < r.minMemoryMiB {
+		if mib < r.minMemoryMiB-memoryTolerance(r.minMemoryMiB) {
 			return false, fmt.Sprintf("%s is %s, pod needs %s per device", res.MemoryLabel, withUnit(v, res.MemoryLabelUnit), r.minMemory)
 		}
 	}
@@ -128,3 +128,9 @@ func withUnit(v, unit string) string {
 	}
 	return v + " " + unit
 }
+
+// memoryTolerance is how far a device's memory label may fall below the requested size and
+// still match: 1% of it. Labellers report the memory a device can use, which is a few hundred
+// MiB below its nominal size (GPU feature discovery reports 81559 MiB for an "80 GB" H100), so
+// a user's "80Gi" means the 80 GB class, and no device class differs by as little as 1%.
+func memoryTolerance(requestedMiB int64) int64 { return requestedMiB / 100 }
