@@ -218,3 +218,32 @@ func TestChooseDomainPrefersTheCheaperClass(t *testing.T) {
 	p, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 4), pool: pl})
 	assert.Equal(t, "l10", p.group.name)
 }
+
+func TestSpreadScheduleAnywayOrdersAndSelectorChoosesWhatCounts(t *testing.T) {
+	nodes := testNodes()
+	pod := func(ms, group, tier string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{
+			workloadv1alpha1.ModelServingNameLabel: ms, workloadv1alpha1.GroupNameLabel: group, "tier": tier}}}
+	}
+	placed := []placedPod{{pod("m", "m-0", "gold"), "n-000"}, {pod("m", "m-1", "gold"), "n-001"}, {pod("m", "m-2", "bronze"), "n-100"}}
+
+	// ScheduleAnyway with maxSkew 1: z0 (2 groups) is over the skew but stays, after z1.
+	ms := &workloadv1alpha1.ModelServing{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: workloadv1alpha1.ModelServingSpec{
+		TopologySpreadConstraints: []workloadv1alpha1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: corev1.ScheduleAnyway}}}}
+	rules, err := spreadRules(ms)
+	require.NoError(t, err)
+	zones, counts := spreadZones(rules, "m-3", nodes, placed)
+	assert.Equal(t, map[string]int{"z0": 2, "z1": 1}, counts)
+	require.Len(t, zones, 2)
+	assert.Equal(t, []string{"z1", "z0"}, []string{zones[0].name, zones[1].name})
+
+	// A selector counts only the gold groups: z1 has none, so under DoNotSchedule only z1 is open.
+	ms.Spec.TopologySpreadConstraints[0].WhenUnsatisfiable = corev1.DoNotSchedule
+	ms.Spec.TopologySpreadConstraints[0].LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}
+	rules, err = spreadRules(ms)
+	require.NoError(t, err)
+	zones, counts = spreadZones(rules, "m-3", nodes, placed)
+	assert.Equal(t, map[string]int{"z0": 2, "z1": 0}, counts)
+	require.Len(t, zones, 1)
+	assert.Equal(t, "z1", zones[0].name)
+}
