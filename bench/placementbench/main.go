@@ -37,6 +37,8 @@ func main() {
 	leaves := flag.Int("leaves", 8, "leaf switches per spine")
 	nodesPerLeaf := flag.Int("nodes-per-leaf", 16, "nodes per leaf switch")
 	gpusPerNode := flag.Int("gpus-per-node", 8, "GPUs per node (a pod of this many GPUs takes a whole node)")
+	flag.StringVar(&nodeCPU, "node-cpu", nodeCPU, "CPU of each node (pods ask for 500m)")
+	flag.StringVar(&nodeMemory, "node-memory", nodeMemory, "memory of each node (pods ask for 1Gi)")
 	seed := flag.Uint64("seed", 1, "seed of the group stream")
 	repeat := flag.Int("repeat", 3, "run each scheduler on this many streams, seeds seed, seed+1, ...")
 	weightsFlag := flag.String("gpu-weights", "1:40,2:25,4:20,8:15", "GPUs per pod and their relative weights in the stream")

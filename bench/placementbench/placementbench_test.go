@@ -41,12 +41,12 @@ func TestParseWeightsRejectsBadInput(t *testing.T) {
 }
 
 func TestLedgerCountsDomainsOverMultiPodGroups(t *testing.T) {
-	f := newFabric(2, 2, 2, 8) // node-<spine>-<leaf>-<n>
+	f := newFabric(2, 2, 2, 8) // gpu-0..7: leaf = n/2, spine = n/4
 	l := newLedger(f)
-	l.add(groupSpec{pods: 1, gpus: 8}, []string{"node-0-0-00"})                               // single pod: not counted
-	l.add(groupSpec{pods: 2, gpus: 2}, []string{"node-0-1-00", "node-0-1-01"})                // one leaf
-	l.add(groupSpec{pods: 2, gpus: 2}, []string{"node-0-1-00", "node-0-0-01"})                // two leaves, one spine
-	l.add(groupSpec{pods: 3, gpus: 1}, []string{"node-0-1-01", "node-1-0-00", "node-1-0-00"}) // two spines
+	l.add(groupSpec{pods: 1, gpus: 8}, []string{"gpu-0"})                               // single pod: not counted
+	l.add(groupSpec{pods: 2, gpus: 2}, []string{"gpu-2", "gpu-3"})                // one leaf
+	l.add(groupSpec{pods: 2, gpus: 2}, []string{"gpu-2", "gpu-1"})                // two leaves, one spine
+	l.add(groupSpec{pods: 3, gpus: 1}, []string{"gpu-3", "gpu-4", "gpu-4"}) // two spines
 	if got, want := l.spread(), (spread{multiPod: 3, oneLeaf: 1, manySpines: 1}); got != want {
 		t.Errorf("spread = %+v, want %+v", got, want)
 	}
@@ -56,7 +56,7 @@ func TestLedgerCountsDomainsOverMultiPodGroups(t *testing.T) {
 	if got := l.pods(); got != 8 {
 		t.Errorf("pods = %d", got)
 	}
-	// Used: node-0-0-00, node-0-1-00, node-0-1-01, node-0-0-01, node-1-0-00 of 8.
+	// Used: gpu-0, gpu-2, gpu-3, gpu-1, gpu-4 of 8.
 	if got := l.freeNodes(); got != 3 {
 		t.Errorf("freeNodes = %d, want 3", got)
 	}

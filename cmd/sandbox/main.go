@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/sandbox"
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
 func main() {
@@ -26,7 +27,7 @@ func main() {
 	flag.IntVar(&o.Fabric.NodesPerLeaf, "nodes-per-leaf", o.Fabric.NodesPerLeaf, "GPU nodes under each leaf")
 	flag.IntVar(&o.Fabric.GPUsPerNode, "gpus-per-node", o.Fabric.GPUsPerNode, "nvidia.com/gpu on each node")
 	flag.Func("gpu-products", fmt.Sprintf("GPU products given to the spines in turn, comma-separated, from %s (default %q; \"\" for unlabelled GPUs)",
-		strings.Join(sandbox.GPUProductNames(), ", "), strings.Join(o.Fabric.GPUProducts, ",")), func(v string) error {
+		strings.Join(sim.GPUProductNames(), ", "), strings.Join(o.Fabric.GPUProducts, ",")), func(v string) error {
 		o.Fabric.GPUProducts = nil
 		for _, p := range strings.Split(v, ",") {
 			if p = strings.TrimSpace(p); p != "" {

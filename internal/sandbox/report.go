@@ -161,7 +161,7 @@ func (s *snapshot) table(w io.Writer) {
 			if node == "" {
 				node = "(pending)"
 			} else if n != nil {
-				leaf, spine = orDash(n.Labels[LeafLabel]), orDash(n.Labels[SpineLabel])
+				leaf, spine = orDash(n.Labels[sim.LeafLabel]), orDash(n.Labels[sim.SpineLabel])
 			}
 			gpu := gpuOf(n, &p)
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", key(sv.ms), orDash(p.Labels[workloadv1alpha1.GroupNameLabel]),

@@ -32,7 +32,7 @@ import (
 // Options configure Run.
 type Options struct {
 	// Fabric is the simulated network of GPU nodes.
-	Fabric Fabric
+	Fabric sim.Fabric
 	// ExamplesDir holds the manifests to apply (every document of every *.yaml, *.yml and
 	// *.json file in it, server-side, whatever the kind).
 	ExamplesDir string
@@ -82,7 +82,7 @@ func stopControlPlane(cp *controlplane.ControlPlane, out io.Writer) {
 // stopped before it returns: the scheduler, controller and kubelet first, then the control
 // plane, which would otherwise wait for their open watches.
 func Run(ctx context.Context, o Options, out io.Writer) error {
-	if err := o.Fabric.validate(); err != nil {
+	if err := o.Fabric.Validate(); err != nil {
 		return err
 	}
 	if o.Timeout <= 0 {
@@ -145,11 +145,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 
 	f := o.Fabric
-	if err := f.create(ctx, kube, vc); err != nil {
+	if err := createFabric(ctx, f, kube, vc); err != nil {
 		return fmt.Errorf("simulated fabric: %w", err)
 	}
 	fmt.Fprintf(out, "fabric: %d nodes, %d GPUs (%s); HyperNodes: %d leaf (tier %d), %d spine (tier %d)\n",
-		f.NodeCount(), f.NodeCount()*f.GPUsPerNode, f.describe(), f.Leaves(), LeafTier, f.Spines, SpineTier)
+		f.NodeCount(), f.NodeCount()*f.GPUsPerNode, f.Describe(), f.Leaves(), sim.LeafTier, f.Spines, sim.SpineTier)
 
 	// The components. Registered after the control plane's Stop, so deferred calls stop
 	// them first.

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	topologyv1alpha1 "volcano.sh/apis/pkg/apis/topology/v1alpha1"
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
@@ -100,10 +99,10 @@ func TestExamples(t *testing.T) {
 			require.NotNil(t, labels, "pod %s is on no known node", p.Name)
 			assert.Equal(t, []string{
 				ms.Namespace + "/" + ms.Name, p.Labels[workloadv1alpha1.GroupNameLabel], p.Labels[workloadv1alpha1.RoleLabel],
-				p.Name, p.Spec.NodeName, labels[sandbox.LeafLabel], labels[sandbox.SpineLabel],
+				p.Name, p.Spec.NodeName, labels[sim.LeafLabel], labels[sim.SpineLabel],
 			}, row[:7], "row of pod %s", p.Name)
-			assert.NotEmpty(t, labels[sandbox.LeafLabel])
-			assert.NotEmpty(t, labels[sandbox.SpineLabel])
+			assert.NotEmpty(t, labels[sim.LeafLabel])
+			assert.NotEmpty(t, labels[sim.SpineLabel])
 		}
 	}
 }
@@ -147,47 +146,4 @@ spec:
 	assert.Contains(t, msg, "modelserving sandbox-unfit/too-big is not Available")
 	assert.Contains(t, msg, "pod sandbox-unfit/too-big-0-server-0-0 pending")
 	assert.Contains(t, msg, string(sim.GPUResource), "the reason names the resource that is short")
-}
-
-// TestFabric checks the simulated fabric without a control plane: every node hangs off
-// exactly one leaf HyperNode, the one its labels name, and every leaf off one spine.
-func TestFabric(t *testing.T) {
-	f := sandbox.Fabric{Spines: 3, LeavesPerSpine: 2, NodesPerLeaf: 5, GPUsPerNode: 4, GPUProducts: []string{"h100", "a100"}}
-	nodes := f.Nodes()
-	require.Len(t, nodes, 30)
-	parent := map[string]string{} // member → HyperNode
-	tiers := map[string]int{}
-	for _, hn := range f.HyperNodes() {
-		tiers[hn.Name] = hn.Spec.Tier
-		for _, m := range hn.Spec.Members {
-			require.NotNil(t, m.Selector.ExactMatch)
-			_, dup := parent[m.Selector.ExactMatch.Name]
-			require.False(t, dup, "%s is a member twice", m.Selector.ExactMatch.Name)
-			parent[m.Selector.ExactMatch.Name] = hn.Name
-			if hn.Spec.Tier == sandbox.LeafTier {
-				assert.Equal(t, topologyv1alpha1.MemberTypeNode, m.Type)
-				assert.Equal(t, sandbox.LeafTierName, hn.Spec.TierName)
-			} else {
-				assert.Equal(t, topologyv1alpha1.MemberTypeHyperNode, m.Type)
-				assert.Equal(t, sandbox.SpineTierName, hn.Spec.TierName)
-			}
-		}
-	}
-	assert.Len(t, tiers, 6+3)
-	names := map[string]bool{}
-	for _, n := range nodes {
-		require.False(t, names[n.Name], "node name %s twice", n.Name)
-		names[n.Name] = true
-		leaf, spine := n.Labels[sandbox.LeafLabel], n.Labels[sandbox.SpineLabel]
-		assert.Equal(t, leaf, parent[n.Name], "node %s", n.Name)
-		assert.Equal(t, spine, parent[leaf], "leaf %s", leaf)
-		assert.Equal(t, spine, n.Labels[corev1.LabelTopologyZone])
-		want := "NVIDIA-H100-80GB-HBM3"
-		if spine == "spine-1" {
-			want = "NVIDIA-A100-SXM4-80GB"
-		}
-		assert.Equal(t, want, n.Labels[sim.GPUProductLabel], "node %s under %s", n.Name, spine)
-		gpus := n.Status.Allocatable[sim.GPUResource]
-		assert.Equal(t, int64(4), gpus.Value())
-	}
 }

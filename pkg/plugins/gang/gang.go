@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -75,10 +74,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if err != nil {
 		return nil, err
 	}
-	// kube-scheduler's client speaks protobuf; Volcano's types only have JSON.
-	cfg := rest.CopyConfig(handle.KubeConfig())
-	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
-	vc, err := volcanoclient.NewForConfig(cfg)
+	vc, err := volcanoclient.NewForConfig(JSONConfig(handle))
 	if err != nil {
 		return nil, fmt.Errorf("gang: volcano client: %w", err)
 	}

@@ -5,12 +5,22 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
 // What the gang plugin knows about a group that the topology plugin needs too: which pods
 // belong together and which of them the group's minimum needs. The rules live here, once.
+
+// JSONConfig is the scheduler's client configuration speaking JSON: kube-scheduler's own
+// client speaks protobuf, which Volcano's kinds and CRDs cannot.
+func JSONConfig(handle fwk.Handle) *rest.Config {
+	cfg := rest.CopyConfig(handle.KubeConfig())
+	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	return cfg
+}
 
 // GroupKey returns "<namespace>/<PodGroup>" for a gang pod, or "" for a pod without a group.
 func GroupKey(pod *corev1.Pod) string { return groupKeyOf(pod) }

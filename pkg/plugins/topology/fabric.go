@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 	topologyv1alpha1 "volcano.sh/apis/pkg/apis/topology/v1alpha1"
 )
 
@@ -17,6 +18,7 @@ type Domain struct {
 	Tier  int    // 1 is the lowest (closest) tier
 	Name  string // HyperNode name, or the node label's value
 	Nodes []string
+	set   sets.Set[string] // Nodes, built once with the fabric
 }
 
 // Fabric is the network as tiers of domains. Every node sits in at most one domain per tier.
@@ -190,6 +192,8 @@ func (f *Fabric) index() []error {
 				kept = append(kept, n)
 			}
 			d.Nodes = kept
+			sort.Strings(d.Nodes)
+			d.set = sets.New(d.Nodes...)
 		}
 	}
 	return problems

@@ -2,7 +2,6 @@ package topology
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
@@ -13,8 +12,6 @@ import (
 // What the simulated placement needs to know about a node, judged as the scheduler's Filter
 // plugins would, without running them: free capacity, node affinity, taints and the
 // accelerator requirements.
-
-func labelsEverything() labels.Selector { return labels.Everything() }
 
 // eligible: the pod's required node affinity and selector match, its tolerations cover the
 // node's NoSchedule and NoExecute taints, and the node's accelerators meet its requirements.

@@ -51,9 +51,15 @@ func (p nodePool) costOf(node string) int64 {
 // target is where a group (or subgroup) is meant to go: a network domain, a spread domain
 // or, with nothing else, a set of nodes.
 type target struct {
-	name  string // for messages and events: "leaf leaf-3", "zone a"
-	tier  int    // the domain's tier, 0 for a spread domain or anywhere
+	name  string // for messages and events: "leaf-3", "zone-a"
+	tier  int    // the domain's tier, 0 for a spread domain
 	nodes sets.Set[string]
+	list  []string // nodes, sorted: the order the simulation tries them in
+}
+
+func newTarget(name string, tier int, nodes []string) *target {
+	sort.Strings(nodes)
+	return &target{name: name, tier: tier, nodes: sets.New(nodes...), list: nodes}
 }
 
 // plan is the outcome of choosing: the group's target and its subgroups' targets.
@@ -90,11 +96,12 @@ func chooseDomain(c *choice) (*plan, string) {
 		limit = c.group.limit
 	}
 	var best *attempt
-	for pass := 0; pass < 2; pass++ {
-		avoiding := pass == 0 && c.avoid.Len() > 0
-		if pass == 1 && !(c.avoid.Len() > 0) {
-			break
-		}
+	// Domains an earlier attempt failed in are tried only when no other domain holds the group.
+	passes := []bool{false}
+	if c.avoid.Len() > 0 {
+		passes = []bool{true, false}
+	}
+	for _, avoiding := range passes {
 		for _, tier := range c.fabric.Tiers {
 			if tier > limit {
 				break
@@ -143,10 +150,7 @@ func chooseDomain(c *choice) (*plan, string) {
 		return &plan{}, "" // nothing fits anywhere: leave it to Filter and the gang plugin
 	}
 	tierName := c.fabric.TierName(limit)
-	pods := 0
-	for _, u := range c.units {
-		pods += len(u.pods)
-	}
+	pods := countPods(c.units)
 	msg := fmt.Sprintf("no %s (tier %d) can hold the group's %d pods", tierName, limit, pods)
 	if len(c.placed) > 0 {
 		msg = fmt.Sprintf("no %s (tier %d) around the group's placed pods can hold its %d other pods", tierName, limit, pods)
@@ -157,18 +161,30 @@ func chooseDomain(c *choice) (*plan, string) {
 	return nil, msg
 }
 
-// restrict is the part of domain d inside zone, or nil when they do not meet.
+// restrict is the part of domain d inside zone, or nil when they do not meet. Without a
+// zone it is the domain itself, sharing the fabric's node set (targets are never modified).
 func restrict(d *Domain, zone *target) *target {
-	t := &target{name: fmt.Sprintf("%s", d.Name), tier: d.Tier, nodes: sets.New[string]()}
+	if zone == nil {
+		return &target{name: d.Name, tier: d.Tier, nodes: d.set, list: d.Nodes}
+	}
+	var in []string
 	for _, n := range d.Nodes {
-		if zone == nil || zone.nodes.Has(n) {
-			t.nodes.Insert(n)
+		if zone.nodes.Has(n) {
+			in = append(in, n)
 		}
 	}
-	if t.nodes.Len() == 0 {
+	if len(in) == 0 {
 		return nil
 	}
-	return t
+	return newTarget(d.Name, d.Tier, in)
+}
+
+func countPods(units []unitToPlace) int {
+	n := 0
+	for _, u := range units {
+		n += len(u.pods)
+	}
+	return n
 }
 
 func containsAll(s sets.Set[string], nodes []string) bool {
@@ -299,7 +315,7 @@ func (s *simulation) placeUnit(u *unitToPlace, nodes []string) bool {
 // inside the lowest sub-domain of t that holds it.
 func (c *choice) simulate(t *target) *attempt {
 	s := &simulation{pool: c.pool, used: map[string]map[corev1.ResourceName]int64{}}
-	nodes := sets.List(t.nodes)
+	nodes := t.list
 	a := &attempt{where: t, sub: map[string]*target{}}
 	for i := range c.units {
 		u := &c.units[i]
@@ -348,7 +364,7 @@ func (c *choice) placeSubgroup(s *simulation, u *unitToPlace, t *target) *target
 				continue
 			}
 			trial := &simulation{pool: s.pool, used: cloneUsed(s.used)}
-			if !trial.placeUnit(u, sets.List(sub.nodes)) {
+			if !trial.placeUnit(u, sub.list) {
 				continue
 			}
 			l := leftover{name: sub.name}
@@ -364,11 +380,11 @@ func (c *choice) placeSubgroup(s *simulation, u *unitToPlace, t *target) *target
 			}
 		}
 		if best != nil {
-			s.placeUnit(u, sets.List(best.nodes))
+			s.placeUnit(u, best.list)
 			return best
 		}
 	}
-	if !u.sub.hard && s.placeUnit(u, sets.List(t.nodes)) {
+	if !u.sub.hard && s.placeUnit(u, t.list) {
 		return t
 	}
 	return nil

@@ -111,19 +111,20 @@ func spreadZones(rules []spreadRule, group string, nodes []*corev1.Node, placed 
 			}
 		}
 	}
-	byValue := map[string]*target{}
+	byValue := map[string][]string{}
+	var values []string
 	for _, n := range nodes {
 		v, ok := n.Labels[rules[0].key]
 		if !ok || !allowed.Has(n.Name) {
 			continue
 		}
-		t := byValue[v]
-		if t == nil {
-			t = &target{name: v, nodes: sets.New[string]()}
-			byValue[v] = t
-			zones = append(zones, t)
+		if _, seen := byValue[v]; !seen {
+			values = append(values, v)
 		}
-		t.nodes.Insert(n.Name)
+		byValue[v] = append(byValue[v], n.Name)
+	}
+	for _, v := range values {
+		zones = append(zones, newTarget(v, 0, byValue[v]))
 	}
 	sortedTargets(zones, firstCounts)
 	return zones, firstCounts

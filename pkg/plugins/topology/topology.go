@@ -14,11 +14,13 @@ package topology
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,7 +28,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -93,9 +94,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if err != nil {
 		return nil, err
 	}
-	// kube-scheduler's client speaks protobuf; these kinds only have JSON.
-	cfg := rest.CopyConfig(handle.KubeConfig())
-	cfg.ContentType, cfg.AcceptContentTypes = "application/json", "application/json"
+	cfg := gang.JSONConfig(handle)
 	vc, err := volcanoclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("topology: volcano client: %w", err)
@@ -142,7 +141,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 		UpdateFunc: func(o, n any) {
 			on, ok1 := o.(*corev1.Node)
 			nn, ok2 := n.(*corev1.Node)
-			if !ok1 || !ok2 || !labelsEqual(on.Labels, nn.Labels) {
+			if !ok1 || !ok2 || !maps.Equal(on.Labels, nn.Labels) {
 				dirty()
 			}
 		},
@@ -153,7 +152,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, n any) {
 			if p, ok := n.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-				t.forget(p)
+				t.forget(p, false)
 			}
 		},
 		DeleteFunc: func(o any) {
@@ -161,7 +160,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 				o = d.Obj
 			}
 			if p, ok := o.(*corev1.Pod); ok {
-				t.forget(p)
+				t.forget(p, true)
 			}
 		},
 	}); err != nil {
@@ -197,18 +196,6 @@ func indexByModelServing(obj any) ([]string, error) {
 	return nil, nil
 }
 
-func labelsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
 // currentFabric rebuilds the tiers after a HyperNode or node label change.
 func (t *Topology) currentFabric() (*Fabric, error) {
 	t.fabricMu.Lock()
@@ -216,11 +203,11 @@ func (t *Topology) currentFabric() (*Fabric, error) {
 	if !t.fabricDirty && t.fabric != nil {
 		return t.fabric, nil
 	}
-	nodes, err := t.nodeLister.List(everything)
+	nodes, err := t.nodeLister.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	hns, err := t.hnLister.List(everything)
+	hns, err := t.hnLister.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +228,7 @@ func (t *Topology) currentFabric() (*Fabric, error) {
 type cycleState struct {
 	fabric *Fabric
 	target *target
+	anchor string // a node of the target, to find the target's domains at higher tiers
 	key    string // the group
 }
 
@@ -385,13 +373,21 @@ func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, msg))
 	}
 	tgt := p.group
-	units, _ := gang.Units(pg, all)
-	for _, u := range units {
-		if s := p.sub[u.Key]; s != nil && containsPod(u.Pods, pod) {
-			tgt = s
+	if len(p.sub) > 0 {
+		// The pod's subgroup is found by unit key, so a pod recreated after the plan was
+		// made still joins its subgroup's domain.
+		units, _ := gang.Units(pg, all)
+		for _, u := range units {
+			if s := p.sub[u.Key]; s != nil && containsPod(u.Pods, pod) {
+				tgt = s
+			}
 		}
 	}
-	state.Write(stateKey, &cycleState{fabric: f, target: tgt, key: key})
+	cs := &cycleState{fabric: f, target: tgt, key: key}
+	if tgt != nil && len(tgt.list) > 0 {
+		cs.anchor = tgt.list[0]
+	}
+	state.Write(stateKey, cs)
 	if tgt == nil {
 		return nil, nil
 	}
@@ -507,7 +503,7 @@ func (t *Topology) planFor(key string, pg *volcanov1beta1.PodGroup, pod *corev1.
 		}
 	}
 	if len(rule.spread) > 0 {
-		nodes, err := t.nodeLister.List(everything)
+		nodes, err := t.nodeLister.List(labels.Everything())
 		if err != nil {
 			return nil, "", err
 		}
@@ -558,14 +554,6 @@ func (t *Topology) planFor(key string, pg *volcanov1beta1.PodGroup, pod *corev1.
 		klog.Background().V(4).Info("Chose a domain for the group", "plugin", Name, "group", key, "domain", where)
 	}
 	return p, "", nil
-}
-
-func countPods(units []unitToPlace) int {
-	n := 0
-	for _, u := range units {
-		n += len(u.pods)
-	}
-	return n
 }
 
 func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference {
@@ -635,17 +623,12 @@ func (t *Topology) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod,
 	if tgt.tier == 0 {
 		return 0, nil
 	}
-	anchor := ""
-	for n := range tgt.nodes {
-		anchor = n
-		break
-	}
 	top := cs.fabric.Top()
 	for _, tier := range cs.fabric.Tiers {
 		if tier <= tgt.tier {
 			continue
 		}
-		if d := cs.fabric.DomainOf(anchor, tier); d != nil && d == cs.fabric.DomainOf(node, tier) {
+		if d := cs.fabric.DomainOf(cs.anchor, tier); d != nil && d == cs.fabric.DomainOf(node, tier) {
 			return fwk.MaxNodeScore * int64(top+1-tier) / int64(top+1-tgt.tier+1), nil
 		}
 	}
@@ -697,17 +680,18 @@ func (t *Topology) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Po
 }
 
 // forget drops a pod from the reserved set once it is bound or gone, and the group's state
-// once nothing of it remains.
-func (t *Topology) forget(pod *corev1.Pod) {
+// once no pod of the group is left.
+func (t *Topology) forget(pod *corev1.Pod, deleted bool) {
 	key := gang.GroupKey(pod)
 	if key == "" {
 		return
 	}
+	gone := deleted && len(gang.GroupPods(t.pods, key)) == 0
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if st := t.groups[key]; st != nil {
 		delete(st.reserved, pod.UID)
-		if pod.DeletionTimestamp != nil && len(st.reserved) == 0 && len(st.avoid) == 0 {
+		if gone && len(st.reserved) == 0 {
 			delete(t.groups, key)
 		}
 	}
@@ -716,11 +700,11 @@ func (t *Topology) forget(pod *corev1.Pod) {
 // pool reads free capacity from this cycle's snapshot (which counts pods held in Permit).
 func (t *Topology) pool() nodePool {
 	lister := t.handle.SnapshotSharedLister().NodeInfos()
-	cache := map[string]map[corev1.ResourceName]int64{}
+	frees := map[string]map[corev1.ResourceName]int64{}
 	nodes := map[string]*corev1.Node{}
 	return nodePool{
 		free: func(name string) map[corev1.ResourceName]int64 {
-			if f, ok := cache[name]; ok {
+			if f, ok := frees[name]; ok {
 				return f
 			}
 			ni, err := lister.Get(name)
@@ -729,7 +713,7 @@ func (t *Topology) pool() nodePool {
 				f = gang.FreeOf(ni)
 				nodes[name] = ni.Node()
 			}
-			cache[name] = f
+			frees[name] = f
 			return f
 		},
 		eligible: func(pod *corev1.Pod, name string) bool {
@@ -744,8 +728,6 @@ func (t *Topology) pool() nodePool {
 		},
 	}
 }
-
-var everything = labelsEverything()
 
 // EventsToRegister: a group refused for want of room in a domain can fit after capacity is
 // freed or added, or after the network description changes.

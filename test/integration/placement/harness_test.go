@@ -43,8 +43,8 @@ func TestMain(m *testing.M) { cptest.Main(m, &cp) }
 
 const (
 	gpu        = corev1.ResourceName("nvidia.com/gpu")
-	leafLabel  = "network.berth.sh/leaf"
-	spineLabel = "network.berth.sh/spine"
+	leafLabel  = sim.LeafLabel
+	spineLabel = sim.SpineLabel
 	zoneLabel  = "topology.kubernetes.io/zone"
 	hnLeaf     = "hn.berth.test/leaf" // used by one HyperNode's labelMatch
 	spines     = 2
