@@ -19,22 +19,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedulermanifests "github.com/berth-sh/berth/manifests/scheduler"
-	"github.com/berth-sh/berth/pkg/plugins/accelerator"
 	"github.com/berth-sh/berth/pkg/plugins/gang"
-	"github.com/berth-sh/berth/pkg/plugins/topology"
 )
 
 // SchedulerName is the profile name pods and ModelServings ask for.
 const SchedulerName = "berth-scheduler"
-
-// Plugins registers Berth's out-of-tree plugins with kube-scheduler.
-func Plugins() []app.Option {
-	return []app.Option{
-		app.WithPlugin(gang.Name, gang.New),
-		app.WithPlugin(topology.Name, topology.New),
-		app.WithPlugin(accelerator.Name, accelerator.New),
-	}
-}
 
 // NewCommand is the berth-scheduler command line: kube-scheduler's, with our plugins.
 func NewCommand() *cobra.Command {

@@ -7,8 +7,8 @@
 // within a class, the node left with the fewest free devices: whole nodes stay free for
 // the large tensor-parallel pods that need them.
 //
-// Match and DeviceRequest expose the label rules to other plugins (topology) that simulate
-// placement of a whole group.
+// The plugin hands its rules (Match, Cost) to the profile's placement model, which plans
+// whole groups before any of their pods is filtered or scored.
 package accelerator
 
 import (
@@ -19,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
 // Name is the plugin name used in the scheduler profile.
@@ -43,6 +45,8 @@ var (
 	_ fwk.ScoreExtensions   = &Accelerator{}
 	_ fwk.EnqueueExtensions = &Accelerator{}
 	_ fwk.SignPlugin        = &Accelerator{}
+
+	_ placement.Accelerators = &Accelerator{}
 )
 
 // New builds the plugin from its args. It needs nothing from the handle: no informers, no
@@ -52,9 +56,24 @@ func New(_ context.Context, obj runtime.Object, _ fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, err
 	}
-	pl := newAccelerator(args)
-	shared.Store(pl)
-	return pl, nil
+	return newAccelerator(args), nil
+}
+
+// Factory returns the plugin factory for a scheduler whose profiles get their placement
+// model from models: the plugin's rules become the profile model's accelerators.
+func Factory(models *placement.Models) func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
+	return func(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
+		pl, err := New(ctx, obj, handle)
+		if err != nil {
+			return nil, err
+		}
+		m, err := models.For(handle)
+		if err != nil {
+			return nil, err
+		}
+		m.SetAccelerators(pl.(*Accelerator))
+		return pl, nil
+	}
 }
 
 func newAccelerator(args *Args) *Accelerator {

@@ -9,22 +9,13 @@ import (
 // Match reports whether the node's accelerator labels satisfy the pod's annotations
 // (products, families, minimum memory per device) for the accelerator the pod requests,
 // or, for a pod that requests none but states requirements, for the first accelerator the
-// node offers. It does not count free devices: callers simulating placement (the topology
-// plugin) do their own accounting. It reads the resources and label keys of the plugin built
-// last in this process (the profile's), or the defaults when none was built.
+// node offers. It does not count free devices. It uses the default resources and label
+// keys; a profile's own are applied by the plugin's Match method.
 //
 // A pod without accelerator annotations matches every node. A malformed annotation
 // matches none, and the reason names it.
 func Match(pod *corev1.Pod, node *corev1.Node) (ok bool, reason string) {
-	return configured().match(pod, node)
-}
-
-// configured is the profile's accelerator list, shared like the class costs (cost.go).
-func configured() *accelerators {
-	if pl := shared.Load(); pl != nil {
-		return pl.acc
-	}
-	return defaultAccelerators
+	return defaultAccelerators.match(pod, node)
 }
 
 func (a *accelerators) match(pod *corev1.Pod, node *corev1.Node) (bool, string) {

@@ -208,10 +208,9 @@ func memoryMiB(v, unit string) (int64, bool) {
 }
 
 // DeviceRequest returns the accelerator resource the pod requests (its effective request,
-// counting init containers and sidecars) among the profile's resources (the defaults when no
-// plugin was built), or "" and 0.
+// counting init containers and sidecars) among the default resources, or "" and 0.
 func DeviceRequest(pod *corev1.Pod) (corev1.ResourceName, int64) {
-	res, n := configured().deviceRequest(pod)
+	res, n := defaultAccelerators.deviceRequest(pod)
 	if res == nil || n <= 0 {
 		return "", 0
 	}

@@ -25,11 +25,19 @@ type Args struct {
 	// BackoffSeconds is how long a released group is kept out of scheduling so that
 	// competing groups can complete. Default 2.
 	BackoffSeconds *int64 `json:"backoffSeconds,omitempty"`
+
+	// ReserveAfterSeconds is how long the oldest blocked group (highest priority, then
+	// oldest) waits before capacity is kept for it: the nodes nearest to holding it stop
+	// taking other groups' pods on what it needs, so a large gang is not starved by a
+	// stream of small ones. Negative turns keeping capacity off. Default 10.
+	ReserveAfterSeconds *int64 `json:"reserveAfterSeconds,omitempty"`
 }
 
 const (
 	defaultWaitSeconds    = 60
 	defaultBackoffSeconds = 2
+	// defaultReserveAfterSeconds matches placement.DefaultReserveAfter.
+	defaultReserveAfterSeconds = 10
 )
 
 // DeepCopyObject makes Args a runtime.Object, as the scheduler's config decoding wants.
@@ -42,6 +50,10 @@ func (a *Args) DeepCopyObject() runtime.Object {
 	if a.BackoffSeconds != nil {
 		v := *a.BackoffSeconds
 		out.BackoffSeconds = &v
+	}
+	if a.ReserveAfterSeconds != nil {
+		v := *a.ReserveAfterSeconds
+		out.ReserveAfterSeconds = &v
 	}
 	return &out
 }
@@ -64,6 +76,10 @@ func decodeArgs(obj runtime.Object) (*Args, error) {
 		v := int64(defaultBackoffSeconds)
 		args.BackoffSeconds = &v
 	}
+	if args.ReserveAfterSeconds == nil {
+		v := int64(defaultReserveAfterSeconds)
+		args.ReserveAfterSeconds = &v
+	}
 	if *args.PermitWaitingTimeSeconds <= 0 {
 		return nil, fmt.Errorf("gang args: permitWaitingTimeSeconds must be positive, got %d", *args.PermitWaitingTimeSeconds)
 	}
@@ -84,3 +100,7 @@ func (a *Args) waitTimeout(pg *volcanov1beta1.PodGroup) time.Duration {
 }
 
 func (a *Args) backoff() time.Duration { return time.Duration(*a.BackoffSeconds) * time.Second }
+
+func (a *Args) reserveAfter() time.Duration {
+	return time.Duration(*a.ReserveAfterSeconds) * time.Second
+}

@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
 // podGroupResource is how the scheduler names Volcano's PodGroup in cluster events; it
@@ -33,7 +35,7 @@ func sameGroupPod(_ klog.Logger, pod *corev1.Pod, _, newObj any) (fwk.QueueingHi
 	if !ok {
 		return fwk.Queue, nil
 	}
-	if key := groupKeyOf(pod); key != "" && key == groupKeyOf(added) {
+	if key := placement.GroupKey(pod); key != "" && key == placement.GroupKey(added) {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
@@ -44,7 +46,7 @@ func sameGroupPodGroup(_ klog.Logger, pod *corev1.Pod, _, newObj any) (fwk.Queue
 	if !ok {
 		return fwk.Queue, nil
 	}
-	if u.GetNamespace() == pod.Namespace && u.GetName() == groupNameOf(pod) {
+	if u.GetNamespace() == pod.Namespace && u.GetName() == placement.GroupName(pod) {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil

@@ -19,8 +19,14 @@ var (
 		Help:           "Attempts to place a PodGroup that gave back what they held, by reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
+	fastPath = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "berth_gang",
+		Name:           "fast_path_total",
+		Help:           "Gang pods sent straight to the node their group's plan chose (hit), and plans found stale on the way, made again around what the group holds (stale).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 )
 
 func init() {
-	legacyregistry.MustRegister(gangsScheduled, gangsRejected)
+	legacyregistry.MustRegister(gangsScheduled, gangsRejected, fastPath)
 }

@@ -2,6 +2,7 @@ package gang
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -18,6 +19,8 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 	volcanolisters "volcano.sh/apis/pkg/client/listers/scheduling/v1beta1"
+
+	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
 // Condition reasons the plugin writes on PodGroups and in events.
@@ -27,6 +30,11 @@ const (
 	reasonScheduled          = "GangScheduled"
 )
 
+// ReservationAnnotation is set on the PodGroup of the oldest blocked group while capacity
+// is kept for it: a JSON object from node name to the resources kept there, e.g.
+// {"gpu-3":{"nvidia.com/gpu":"8"}}. Other groups may not use that capacity.
+const ReservationAnnotation = "gang.berth.sh/reservation"
+
 // statusSettleDelay is how long after a group is released its status is written.
 const statusSettleDelay = time.Second
 
@@ -35,7 +43,7 @@ const statusSettleDelay = time.Second
 type statusWriter struct {
 	client   volcanoclient.Interface
 	lister   volcanolisters.PodGroupLister
-	pods     cache.Indexer
+	model    *placement.Model
 	recorder events.EventRecorderLogger
 	queue    workqueue.TypedRateLimitingInterface[string]
 
@@ -50,11 +58,11 @@ type decision struct {
 	message   string
 }
 
-func newStatusWriter(client volcanoclient.Interface, lister volcanolisters.PodGroupLister, pods cache.Indexer, recorder events.EventRecorderLogger) *statusWriter {
+func newStatusWriter(client volcanoclient.Interface, lister volcanolisters.PodGroupLister, model *placement.Model, recorder events.EventRecorderLogger) *statusWriter {
 	return &statusWriter{
 		client:    client,
 		lister:    lister,
-		pods:      pods,
+		model:     model,
 		recorder:  recorder,
 		queue:     workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		decisions: map[string]decision{},
@@ -145,19 +153,22 @@ func (w *statusWriter) sync(ctx context.Context, key string) error {
 		if err != nil {
 			return err
 		}
-		objs, _ := w.pods.ByIndex(podsByGroupIndex, key)
-		want := desiredStatus(pg, objs, d, time.Now())
-		if statusEqual(pg.Status, want) {
+		pods := w.model.GroupPods(key)
+		want := desiredStatus(pg, pods, d, time.Now())
+		reservation := reservationAnnotation(w.model.Reservation(key))
+		if statusEqual(pg.Status, want) && pg.Annotations[ReservationAnnotation] == reservation {
 			return nil
 		}
 		updated := pg.DeepCopy()
 		updated.Status = want
+		setReservation(updated, reservation)
 		// Volcano's PodGroup CRD has no status subresource, so status goes with the object.
 		_, err = w.client.SchedulingV1beta1().PodGroups(ns).Update(ctx, updated, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			// Read the newest object straight from the API so the retry does not race the informer.
 			if fresh, gerr := w.client.SchedulingV1beta1().PodGroups(ns).Get(ctx, name, metav1.GetOptions{}); gerr == nil {
-				fresh.Status = desiredStatus(fresh, objs, d, time.Now())
+				fresh.Status = desiredStatus(fresh, pods, d, time.Now())
+				setReservation(fresh, reservation)
 				_, err = w.client.SchedulingV1beta1().PodGroups(ns).Update(ctx, fresh, metav1.UpdateOptions{})
 			}
 		}
@@ -167,13 +178,9 @@ func (w *statusWriter) sync(ctx context.Context, key string) error {
 
 // desiredStatus derives phase, pod counts and conditions. Phase follows Volcano: Running
 // once minMember pods are placed, Pending before.
-func desiredStatus(pg *volcanov1beta1.PodGroup, objs []any, d decision, now time.Time) volcanov1beta1.PodGroupStatus {
+func desiredStatus(pg *volcanov1beta1.PodGroup, pods []*corev1.Pod, d decision, now time.Time) volcanov1beta1.PodGroupStatus {
 	var placed, running, succeeded, failed int32
-	for _, o := range objs {
-		p, ok := o.(*corev1.Pod)
-		if !ok {
-			continue
-		}
+	for _, p := range pods {
 		if p.Spec.NodeName != "" {
 			placed++
 		}
@@ -226,4 +233,38 @@ func statusEqual(a, b volcanov1beta1.PodGroupStatus) bool {
 		}
 	}
 	return true
+}
+
+// reservationAnnotation renders what is kept for a group, "" for nothing.
+func reservationAnnotation(kept map[string]placement.Resources) string {
+	if len(kept) == 0 {
+		return ""
+	}
+	out := make(map[string]map[string]string, len(kept))
+	for node, r := range kept {
+		m := map[string]string{}
+		for name, v := range r {
+			if v > 0 && name != corev1.ResourcePods {
+				q := placement.Quantity(name, v)
+				m[string(name)] = q.String()
+			}
+		}
+		out[node] = m
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func setReservation(pg *volcanov1beta1.PodGroup, value string) {
+	if value == "" {
+		delete(pg.Annotations, ReservationAnnotation)
+		return
+	}
+	if pg.Annotations == nil {
+		pg.Annotations = map[string]string{}
+	}
+	pg.Annotations[ReservationAnnotation] = value
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
 // A ModelServing's topologySpreadConstraints spread its ServingGroups, not its pods: a group
@@ -46,16 +47,10 @@ func spreadRules(ms *workloadv1alpha1.ModelServing) ([]spreadRule, error) {
 	return out, nil
 }
 
-// placedPod is a pod bound or reserved to a node.
-type placedPod struct {
-	pod  *corev1.Pod
-	node string
-}
-
 // spreadZones returns the domains of the first rule's key the group may go to, fewest
 // groups first. Every DoNotSchedule rule removes the nodes whose domain is over its skew.
 // group is this group's name; its own pods do not count.
-func spreadZones(rules []spreadRule, group string, nodes []*corev1.Node, placed []placedPod) (zones []*target, counts map[string]int) {
+func spreadZones(rules []spreadRule, group string, nodes []*corev1.Node, placed []placement.PlacedPod) (zones []*placement.Target, counts map[string]int) {
 	if len(rules) == 0 {
 		return nil, nil
 	}
@@ -78,11 +73,11 @@ func spreadZones(rules []spreadRule, group string, nodes []*corev1.Node, placed 
 			}
 		}
 		for _, p := range placed {
-			g := p.pod.Labels[workloadv1alpha1.GroupNameLabel]
-			if g == "" || g == group || !r.selector.Matches(labels.Set(p.pod.Labels)) {
+			g := p.Pod.Labels[workloadv1alpha1.GroupNameLabel]
+			if g == "" || g == group || !r.selector.Matches(labels.Set(p.Pod.Labels)) {
 				continue
 			}
-			if v, ok := nodeLabels[p.node][r.key]; ok && groups[v] != nil {
+			if v, ok := nodeLabels[p.Node][r.key]; ok && groups[v] != nil {
 				groups[v].Insert(g)
 			}
 		}
@@ -124,7 +119,7 @@ func spreadZones(rules []spreadRule, group string, nodes []*corev1.Node, placed 
 		byValue[v] = append(byValue[v], n.Name)
 	}
 	for _, v := range values {
-		zones = append(zones, newTarget(v, 0, byValue[v]))
+		zones = append(zones, placement.NewTarget(v, 0, byValue[v]))
 	}
 	sortedTargets(zones, firstCounts)
 	return zones, firstCounts

@@ -38,15 +38,14 @@ import (
 	topologylisters "volcano.sh/apis/pkg/client/listers/topology/v1alpha1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/plugins/accelerator"
-	"github.com/berth-sh/berth/pkg/plugins/gang"
+	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
 // Name is the plugin name used in the scheduler profile.
 const Name = "BerthTopology"
 
 const (
-	stateKey          fwk.StateKey      = Name
+	stateKey          fwk.StateKey      = "PreFilter" + Name
 	podsByServingIdx                    = "berth-topology-modelserving"
 	hyperNodeResource fwk.EventResource = "hypernodes.v1alpha1.topology.volcano.sh"
 )
@@ -62,6 +61,7 @@ type Topology struct {
 	msLister   cache.GenericLister
 	nodeLister corelisters.NodeLister
 	pods       cache.Indexer
+	model      *placement.Model
 
 	fabricMu    sync.Mutex
 	fabric      *Fabric
@@ -71,12 +71,11 @@ type Topology struct {
 	groups map[string]*groupState
 }
 
-// groupState is the plugin's memory of one group between scheduling cycles.
+// groupState is the plugin's memory of one group between scheduling cycles; the group's
+// plan itself lives in the placement model.
 type groupState struct {
-	plan      *plan
-	announced string                  // the domain the last DomainChosen event named
-	reserved  map[types.UID]placedPod // reserved pods not yet seen bound
-	avoid     map[string]time.Time    // domain -> until when it is tried last
+	announced string               // the domain the last DomainChosen event named
+	avoid     map[string]time.Time // domain -> until when it is tried last
 }
 
 var (
@@ -86,15 +85,34 @@ var (
 	_ fwk.ScorePlugin       = &Topology{}
 	_ fwk.ReservePlugin     = &Topology{}
 	_ fwk.EnqueueExtensions = &Topology{}
+
+	_ placement.DomainChooser = &Topology{}
 )
 
-// New builds the plugin with informers for PodGroups, HyperNodes and ModelServings.
-func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
+// Factory returns the plugin factory for a scheduler whose profiles get their placement
+// model from models: the plugin becomes the model's domain chooser.
+func Factory(models *placement.Models) func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
+	return func(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin, error) {
+		m, err := models.For(handle)
+		if err != nil {
+			return nil, err
+		}
+		t, err := New(ctx, obj, handle, m)
+		if err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+}
+
+// New builds the plugin with informers for PodGroups, HyperNodes and ModelServings, and
+// makes it the placement model's domain chooser.
+func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *placement.Model) (*Topology, error) {
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
-	cfg := gang.JSONConfig(handle)
+	cfg := placement.JSONConfig(handle)
 	vc, err := volcanoclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("topology: volcano client: %w", err)
@@ -110,7 +128,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	msInformer := df.ForResource(modelServingGVR)
 
 	podInformer := handle.SharedInformerFactory().Core().V1().Pods().Informer()
-	if err := gang.EnsureGroupIndex(podInformer); err != nil {
+	if err := placement.EnsureGroupIndex(podInformer); err != nil {
 		return nil, fmt.Errorf("topology: index pods by group: %w", err)
 	}
 	if err := podInformer.AddIndexers(cache.Indexers{podsByServingIdx: indexByModelServing}); err != nil {
@@ -126,6 +144,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 		msLister:    msInformer.Lister(),
 		nodeLister:  nodeInformer.Lister(),
 		pods:        podInformer.GetIndexer(),
+		model:       model,
 		fabricDirty: true,
 		groups:      map[string]*groupState{},
 	}
@@ -148,19 +167,14 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 	}); err != nil {
 		return nil, err
 	}
-	// A reserved pod stops being the plugin's to remember once the informer shows it bound.
+	// A group's memory goes once no pod of it is left.
 	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, n any) {
-			if p, ok := n.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-				t.forget(p, false)
-			}
-		},
 		DeleteFunc: func(o any) {
 			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 				o = d.Obj
 			}
 			if p, ok := o.(*corev1.Pod); ok {
-				t.forget(p, true)
+				t.forget(p)
 			}
 		},
 	}); err != nil {
@@ -179,6 +193,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle) (fwk.Plugin
 			return nil, fmt.Errorf("topology: %v informer did not sync", typ)
 		}
 	}
+	model.SetDomainChooser(t)
 	return t, nil
 }
 
@@ -227,12 +242,25 @@ func (t *Topology) currentFabric() (*Fabric, error) {
 // cycleState carries the pod's target from PreFilter to Score.
 type cycleState struct {
 	fabric *Fabric
-	target *target
+	target *placement.Target
 	anchor string // a node of the target, to find the target's domains at higher tiers
 	key    string // the group
 }
 
+// Clone returns the state itself: it is never modified after PreFilter.
 func (c *cycleState) Clone() fwk.StateData { return c }
+
+func readCycleState(state fwk.CycleState) (*cycleState, error) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading %q from cycle state: %w", stateKey, err)
+	}
+	s, ok := data.(*cycleState)
+	if !ok {
+		return nil, fmt.Errorf("%q has type %T", stateKey, data)
+	}
+	return s, nil
+}
 
 // groupRule is what a group asks for: its network constraint, its subgroups' constraints
 // and its ModelServing's spread rules.
@@ -320,100 +348,81 @@ func (t *Topology) rules(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, f *Fabric
 	return r, nil
 }
 
-// placedOf returns the group's pods that are bound or reserved, and those still pending.
-func (t *Topology) placedOf(key string) (placed []placedPod, pending []*corev1.Pod, all []*corev1.Pod) {
-	all = gang.GroupPods(t.pods, key)
-	t.mu.Lock()
-	st := t.groups[key]
-	for _, p := range all {
-		switch {
-		case p.Spec.NodeName != "":
-			placed = append(placed, placedPod{pod: p, node: p.Spec.NodeName})
-		case st != nil && st.reserved[p.UID].node != "":
-			placed = append(placed, st.reserved[p.UID])
-		default:
-			pending = append(pending, p)
-		}
-	}
-	t.mu.Unlock()
-	return placed, pending, all
+// asksForNothing is the cheap exit for gangs without a network topology that are not
+// ModelServing groups (which may have spread constraints).
+func asksForNothing(pod *corev1.Pod, pg *volcanov1beta1.PodGroup) bool {
+	return pg.Spec.NetworkTopology == nil && !hasSubTopology(pg) && pod.Labels[workloadv1alpha1.GroupNameLabel] == ""
 }
 
-// PreFilter chooses (or recalls) the group's domain and, in hard mode, confines the pod to it.
+// PreFilter confines the pod to its group's domain, which the placement model chose for
+// the whole group (through ChooseDomain) when it planned the group.
 func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	key := gang.GroupKey(pod)
+	key := placement.GroupKey(pod)
 	if key == "" {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	pg, err := t.pgLister.PodGroups(pod.Namespace).Get(gang.GroupName(pod))
-	if err != nil {
+	pg, err := t.pgLister.PodGroups(pod.Namespace).Get(placement.GroupName(pod))
+	if err != nil || asksForNothing(pod, pg) {
 		return nil, fwk.NewStatus(fwk.Skip) // the gang plugin explains a missing PodGroup
 	}
-	if pg.Spec.NetworkTopology == nil && !hasSubTopology(pg) && pod.Labels[workloadv1alpha1.GroupNameLabel] == "" {
-		return nil, fwk.NewStatus(fwk.Skip) // cheap exit for gangs that ask for nothing
+	req, err := placement.NewRequirement(pg)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	// The gang plugin planned the group earlier in this cycle; this returns that plan, and
+	// plans only when the profile has no gang plugin.
+	out, err := t.model.PlanFor(pod, pg, req, defaultPlanTTL)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if out.Plan == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, out.Refusal))
+	}
+	tgt := out.Plan.Domain
+	if len(out.Plan.Sub) > 0 {
+		// The pod's subgroup is found by unit key, so a pod recreated after the plan was
+		// made still joins its subgroup's domain.
+		for _, u := range req.Units(t.model.GroupPods(key)) {
+			if s := out.Plan.Sub[u.Key]; s != nil && containsPod(u.Pods, pod) {
+				tgt = s
+			}
+		}
+	}
+	if tgt == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	f, err := t.currentFabric()
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	rule, err := t.rules(pod, pg, f)
-	if err != nil {
-		groupsRefused.WithLabelValues("invalid").Inc()
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
-	}
-	if rule.empty() {
-		return nil, fwk.NewStatus(fwk.Skip)
-	}
-	placed, pending, all := t.placedOf(key)
-	p, msg, err := t.planFor(key, pg, pod, rule, f, placed, pending, all)
-	if err != nil {
-		return nil, fwk.AsStatus(err)
-	}
-	if p == nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, msg))
-	}
-	tgt := p.group
-	if len(p.sub) > 0 {
-		// The pod's subgroup is found by unit key, so a pod recreated after the plan was
-		// made still joins its subgroup's domain.
-		units, _ := gang.Units(pg, all)
-		for _, u := range units {
-			if s := p.sub[u.Key]; s != nil && containsPod(u.Pods, pod) {
-				tgt = s
-			}
-		}
-	}
 	cs := &cycleState{fabric: f, target: tgt, key: key}
-	if tgt != nil && len(tgt.list) > 0 {
-		cs.anchor = tgt.list[0]
+	if len(tgt.List) > 0 {
+		cs.anchor = tgt.List[0]
 	}
 	state.Write(stateKey, cs)
-	if tgt == nil {
-		return nil, nil
-	}
 	// Hard constraints confine the pod to its target. Soft ones steer it there the same way
 	// while the plan says the group fits: kube-scheduler scores only a sample of the nodes
 	// in a large cluster, and a preference the sample misses is no preference. If the pod
 	// still fails there, PostFilter gives the domain up and the next attempt looks elsewhere.
-	return &fwk.PreFilterResult{NodeNames: tgt.nodes.Clone()}, nil
+	return &fwk.PreFilterResult{NodeNames: tgt.Nodes.Clone()}, nil
 }
+
+// defaultPlanTTL bounds a plan the topology plugin makes itself (without the gang plugin).
+const defaultPlanTTL = time.Minute
 
 // PostFilter runs when the pod fit no node it was allowed: the group's next attempt tries
 // another domain first (and, in soft mode, anywhere once no domain is left).
 func (t *Topology) PostFilter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	s, err := state.Read(stateKey)
+	cs, err := readCycleState(state)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	cs := s.(*cycleState)
 	t.mu.Lock()
-	if st := t.groups[cs.key]; st != nil {
-		if cs.target != nil && cs.target.tier > 0 && t.args.retryOtherDomain() > 0 {
-			st.avoid[cs.target.name] = time.Now().Add(t.args.retryOtherDomain())
-		}
-		st.plan = nil
+	if cs.target.Tier > 0 && t.args.retryOtherDomain() > 0 {
+		t.stateLocked(cs.key).avoid[cs.target.Name] = time.Now().Add(t.args.retryOtherDomain())
 	}
 	t.mu.Unlock()
+	t.model.Drop(cs.key)
 	return nil, fwk.NewStatus(fwk.Unschedulable)
 }
 
@@ -435,22 +444,36 @@ func containsPod(pods []*corev1.Pod, pod *corev1.Pod) bool {
 	return false
 }
 
-// planFor recalls the group's plan while it still holds the placed pods, and chooses a new
-// one when the group starts an attempt (nothing placed) or its plan no longer fits.
-func (t *Topology) planFor(key string, pg *volcanov1beta1.PodGroup, pod *corev1.Pod, rule *groupRule, f *Fabric, placed []placedPod, pending, all []*corev1.Pod) (*plan, string, error) {
-	placedNodes := make([]string, 0, len(placed))
-	for _, p := range placed {
-		placedNodes = append(placedNodes, p.node)
+// ChooseDomain is the placement model's domain choice: the network domain (and spread
+// domain) that holds the group's units, with each pod's node in it.
+func (t *Topology) ChooseDomain(r *placement.Request) (*placement.Plan, bool, string, error) {
+	pod, pg := r.Pod, r.PodGroup
+	if asksForNothing(pod, pg) {
+		return nil, false, "", nil
 	}
-	t.mu.Lock()
-	st := t.stateLocked(key)
-	if len(placed) > 0 && st.plan != nil && (st.plan.group == nil || containsAll(st.plan.group.nodes, placedNodes)) {
-		p := st.plan
-		t.mu.Unlock()
-		return p, "", nil
+	f, err := t.currentFabric()
+	if err != nil {
+		return nil, true, "", err
+	}
+	rule, err := t.rules(pod, pg, f)
+	if err != nil {
+		if !r.Reserving {
+			groupsRefused.WithLabelValues("invalid").Inc()
+		}
+		return nil, true, err.Error(), nil
+	}
+	if rule.empty() {
+		return nil, false, "", nil
+	}
+	key := placement.GroupKey(pod)
+	placedNodes := make([]string, 0, len(r.Placed))
+	for _, p := range r.Placed {
+		placedNodes = append(placedNodes, p.Node)
 	}
 	avoid := sets.New[string]()
 	now := time.Now()
+	t.mu.Lock()
+	st := t.stateLocked(key)
 	for d, until := range st.avoid {
 		if now.Before(until) {
 			avoid.Insert(d)
@@ -460,52 +483,21 @@ func (t *Topology) planFor(key string, pg *volcanov1beta1.PodGroup, pod *corev1.
 	}
 	t.mu.Unlock()
 
-	units, err := gang.Units(pg, all)
-	if err != nil {
-		return nil, "", err
-	}
-	c := &choice{fabric: f, avoid: avoid, placed: placedNodes, pool: t.pool()}
+	c := &choice{fabric: f, avoid: avoid, placed: placedNodes, pool: r.Pool}
 	if rule.group != nil {
 		c.group = *rule.group
 	}
-	pendingSet := sets.New[types.UID]()
-	for _, p := range pending {
-		pendingSet.Insert(p.UID)
-	}
-	placedNode := map[types.UID]string{}
-	for _, p := range placed {
-		placedNode[p.pod.UID] = p.node
-	}
-	// The group's minimum decides the domain; once it is placed, whatever else is pending.
-	for _, wantRequired := range []bool{true, false} {
-		for _, u := range units {
-			if wantRequired && !u.Required {
-				continue
-			}
-			tp := unitToPlace{key: u.Key}
-			if u.Rule >= 0 {
-				tp.sub = rule.subs[u.Rule]
-			}
-			for _, p := range u.Pods {
-				if pendingSet.Has(p.UID) {
-					tp.pods = append(tp.pods, p)
-					tp.reqs = append(tp.reqs, gang.PodRequests(p))
-				} else if n := placedNode[p.UID]; n != "" {
-					tp.along = append(tp.along, n)
-				}
-			}
-			if len(tp.pods) > 0 {
-				c.units = append(c.units, tp)
-			}
+	for _, u := range r.Units {
+		tp := unitToPlace{key: u.Key, pods: u.Pods, reqs: u.Requests, along: u.Along}
+		if u.Rule >= 0 {
+			tp.sub = rule.subs[u.Rule]
 		}
-		if len(c.units) > 0 {
-			break
-		}
+		c.units = append(c.units, tp)
 	}
 	if len(rule.spread) > 0 {
 		nodes, err := t.nodeLister.List(labels.Everything())
 		if err != nil {
-			return nil, "", err
+			return nil, true, "", err
 		}
 		zones, counts := spreadZones(rule.spread, pod.Labels[workloadv1alpha1.GroupNameLabel], nodes, t.servingPlaced(pod))
 		hardSpread := false
@@ -516,25 +508,29 @@ func (t *Topology) planFor(key string, pg *volcanov1beta1.PodGroup, pod *corev1.
 			zones = append(zones, nil) // ScheduleAnyway: anywhere, as a last resort
 		}
 		if len(zones) == 0 {
-			groupsRefused.WithLabelValues("spread").Inc()
-			return nil, fmt.Sprintf("no %s domain may take another group within maxSkew %d (groups per domain: %s)",
+			if !r.Reserving {
+				groupsRefused.WithLabelValues("spread").Inc()
+			}
+			return nil, true, fmt.Sprintf("no %s domain may take another group within maxSkew %d (groups per domain: %s)",
 				rule.spread[0].key, rule.spread[0].maxSkew, describeCounts(counts)), nil
 		}
 		c.zones = zones
 	}
 	p, msg := chooseDomain(c)
+	if r.Reserving {
+		return p, true, msg, nil
+	}
 	if p == nil {
 		groupsRefused.WithLabelValues("no_domain").Inc()
-		return nil, msg, nil
+		return nil, true, msg, nil
+	}
+	where := "anywhere"
+	if p.Domain != nil {
+		where = p.Domain.Name
 	}
 	t.mu.Lock()
 	st = t.stateLocked(key)
-	st.plan = p
-	where := "anywhere"
-	if p.group != nil {
-		where = p.group.name
-	}
-	announce := len(placed) == 0 && st.announced != where
+	announce := len(r.Placed) == 0 && st.announced != where
 	if announce {
 		st.announced = where
 	}
@@ -542,18 +538,18 @@ func (t *Topology) planFor(key string, pg *volcanov1beta1.PodGroup, pod *corev1.
 	if announce {
 		// One event per new choice, not per retry: a decision the user can see on the PodGroup.
 		tierName, note := "anywhere", "no domain can hold the group; it goes wherever it fits"
-		if p.group != nil {
-			tierName = f.TierName(p.group.tier)
-			if p.group.tier == 0 {
+		if p.Domain != nil {
+			tierName = f.TierName(p.Domain.Tier)
+			if p.Domain.Tier == 0 {
 				tierName = "spread domain"
 			}
-			note = fmt.Sprintf("%s %s holds the group's %d pods", tierName, p.group.name, countPods(c.units))
+			note = fmt.Sprintf("%s %s holds the group's %d pods", tierName, p.Domain.Name, countPods(c.units))
 		}
 		domainsChosen.WithLabelValues(tierName).Inc()
 		t.handle.EventRecorder().Eventf(podGroupRef(pg), nil, corev1.EventTypeNormal, "DomainChosen", "Scheduling", note)
 		klog.Background().V(4).Info("Chose a domain for the group", "plugin", Name, "group", key, "domain", where)
 	}
-	return p, "", nil
+	return p, true, "", nil
 }
 
 func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference {
@@ -563,34 +559,30 @@ func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference {
 	}
 }
 
-// servingPlaced returns every bound or reserved pod of the pod's ModelServing.
-func (t *Topology) servingPlaced(pod *corev1.Pod) []placedPod {
-	objs, _ := t.pods.ByIndex(podsByServingIdx, pod.Namespace+"/"+pod.Labels[workloadv1alpha1.ModelServingNameLabel])
-	var out []placedPod
+// servingPlaced returns every bound or held pod of the pod's ModelServing.
+func (t *Topology) servingPlaced(pod *corev1.Pod) []placement.PlacedPod {
+	ms := pod.Labels[workloadv1alpha1.ModelServingNameLabel]
+	objs, _ := t.pods.ByIndex(podsByServingIdx, pod.Namespace+"/"+ms)
+	var out []placement.PlacedPod
 	seen := sets.New[types.UID]()
 	for _, o := range objs {
 		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
-			out = append(out, placedPod{pod: p, node: p.Spec.NodeName})
+			out = append(out, placement.PlacedPod{Pod: p, Node: p.Spec.NodeName})
 			seen.Insert(p.UID)
 		}
 	}
-	t.mu.Lock()
-	for _, st := range t.groups {
-		for uid, r := range st.reserved {
-			if !seen.Has(uid) && r.pod.Namespace == pod.Namespace &&
-				r.pod.Labels[workloadv1alpha1.ModelServingNameLabel] == pod.Labels[workloadv1alpha1.ModelServingNameLabel] {
-				out = append(out, r)
-			}
+	for _, h := range t.model.Held("") {
+		if !seen.Has(h.Pod.UID) && h.Pod.Namespace == pod.Namespace && h.Pod.Labels[workloadv1alpha1.ModelServingNameLabel] == ms {
+			out = append(out, h)
 		}
 	}
-	t.mu.Unlock()
 	return out
 }
 
 func (t *Topology) stateLocked(key string) *groupState {
 	st := t.groups[key]
 	if st == nil {
-		st = &groupState{reserved: map[types.UID]placedPod{}, avoid: map[string]time.Time{}}
+		st = &groupState{avoid: map[string]time.Time{}}
 		t.groups[key] = st
 	}
 	return st
@@ -601,7 +593,7 @@ func (t *Topology) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // PreScore skips scoring for pods the plugin has nothing to say about.
 func (t *Topology) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ []fwk.NodeInfo) *fwk.Status {
-	if s, err := state.Read(stateKey); err != nil || s.(*cycleState).target == nil {
+	if _, err := readCycleState(state); err != nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -610,26 +602,25 @@ func (t *Topology) PreScore(_ context.Context, state fwk.CycleState, _ *corev1.P
 // Score is 100 inside the pod's target domain and falls with every tier a node is further
 // away, so soft-mode pods land as close as the free capacity allows.
 func (t *Topology) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
-	s, err := state.Read(stateKey)
+	cs, err := readCycleState(state)
 	if err != nil {
-		return 0, nil
+		return 0, fwk.AsStatus(err)
 	}
-	cs := s.(*cycleState)
 	node := ni.Node().Name
 	tgt := cs.target
-	if tgt.nodes.Has(node) {
+	if tgt.Nodes.Has(node) {
 		return fwk.MaxNodeScore, nil
 	}
-	if tgt.tier == 0 {
+	if tgt.Tier == 0 {
 		return 0, nil
 	}
 	top := cs.fabric.Top()
 	for _, tier := range cs.fabric.Tiers {
-		if tier <= tgt.tier {
+		if tier <= tgt.Tier {
 			continue
 		}
 		if d := cs.fabric.DomainOf(cs.anchor, tier); d != nil && d == cs.fabric.DomainOf(node, tier) {
-			return fwk.MaxNodeScore * int64(top+1-tier) / int64(top+1-tgt.tier+1), nil
+			return fwk.MaxNodeScore * int64(top+1-tier) / int64(top+1-tgt.Tier+1), nil
 		}
 	}
 	return 0, nil
@@ -638,95 +629,49 @@ func (t *Topology) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod,
 // ScoreExtensions is not needed: scores are already in range.
 func (t *Topology) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
-// Reserve remembers where the group's pod went until the informer shows it bound.
+// Reserve tells the placement model where the group's pod went (idempotent with the gang
+// plugin, so a profile without it still counts held pods).
 func (t *Topology) Reserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
-	key := gang.GroupKey(pod)
-	if key == "" {
-		return nil
+	if placement.GroupKey(pod) != "" {
+		t.model.Reserve(pod, nodeName)
 	}
-	t.mu.Lock()
-	t.stateLocked(key).reserved[pod.UID] = placedPod{pod: pod, node: nodeName}
-	t.mu.Unlock()
 	return nil
 }
 
 // Unreserve forgets the pod. When the group's whole attempt is given back, the domain it
 // was meant for goes to the back of the line for a while, so the next attempt tries another.
 func (t *Topology) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
-	key := gang.GroupKey(pod)
+	key := placement.GroupKey(pod)
 	if key == "" {
 		return
 	}
-	t.mu.Lock()
-	st := t.stateLocked(key)
-	delete(st.reserved, pod.UID)
-	holding := len(st.reserved) > 0
-	p := st.plan
-	t.mu.Unlock()
-	if holding {
+	t.model.Unreserve(pod)
+	if len(t.model.Held(key)) > 0 {
 		return
 	}
-	for _, q := range gang.GroupPods(t.pods, key) {
+	for _, q := range t.model.GroupPods(key) {
 		if q.Spec.NodeName != "" {
 			return
 		}
 	}
-	t.mu.Lock()
-	if p != nil && p.group != nil && p.group.tier > 0 && t.args.retryOtherDomain() > 0 {
-		st.avoid[p.group.name] = time.Now().Add(t.args.retryOtherDomain())
+	p := t.model.Plan(key)
+	if p != nil && !p.Reservation && p.Domain != nil && p.Domain.Tier > 0 && t.args.retryOtherDomain() > 0 {
+		t.mu.Lock()
+		t.stateLocked(key).avoid[p.Domain.Name] = time.Now().Add(t.args.retryOtherDomain())
+		t.mu.Unlock()
 	}
-	st.plan = nil
-	t.mu.Unlock()
+	t.model.Drop(key)
 }
 
-// forget drops a pod from the reserved set once it is bound or gone, and the group's state
-// once no pod of the group is left.
-func (t *Topology) forget(pod *corev1.Pod, deleted bool) {
-	key := gang.GroupKey(pod)
-	if key == "" {
+// forget drops the group's state once no pod of it is left.
+func (t *Topology) forget(pod *corev1.Pod) {
+	key := placement.GroupKey(pod)
+	if key == "" || len(t.model.GroupPods(key)) > 0 {
 		return
 	}
-	gone := deleted && len(gang.GroupPods(t.pods, key)) == 0
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if st := t.groups[key]; st != nil {
-		delete(st.reserved, pod.UID)
-		if gone && len(st.reserved) == 0 {
-			delete(t.groups, key)
-		}
-	}
-}
-
-// pool reads free capacity from this cycle's snapshot (which counts pods held in Permit).
-func (t *Topology) pool() nodePool {
-	lister := t.handle.SnapshotSharedLister().NodeInfos()
-	frees := map[string]map[corev1.ResourceName]int64{}
-	nodes := map[string]*corev1.Node{}
-	return nodePool{
-		free: func(name string) map[corev1.ResourceName]int64 {
-			if f, ok := frees[name]; ok {
-				return f
-			}
-			ni, err := lister.Get(name)
-			var f map[corev1.ResourceName]int64
-			if err == nil && ni.Node() != nil {
-				f = gang.FreeOf(ni)
-				nodes[name] = ni.Node()
-			}
-			frees[name] = f
-			return f
-		},
-		eligible: func(pod *corev1.Pod, name string) bool {
-			n := nodes[name]
-			return n != nil && eligible(pod, n)
-		},
-		cost: func(name string) int64 {
-			if n := nodes[name]; n != nil {
-				return accelerator.ClassCost(n)
-			}
-			return 0
-		},
-	}
+	delete(t.groups, key)
+	t.mu.Unlock()
 }
 
 // EventsToRegister: a group refused for want of room in a domain can fit after capacity is

@@ -17,6 +17,7 @@ import (
 	topologyv1alpha1 "volcano.sh/apis/pkg/apis/topology/v1alpha1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
 // 2 spines × 2 leaves × 2 nodes, 8 GPUs each; node n-<spine><leaf><i>.
@@ -83,20 +84,33 @@ func TestFabricFromHyperNodesResolvesEverySelectorAndNesting(t *testing.T) {
 }
 
 // pool gives every node 8 GPUs minus used[node] and makes every node eligible.
-func pool(used map[string]int64) nodePool {
-	return nodePool{
-		free: func(n string) map[corev1.ResourceName]int64 {
-			return map[corev1.ResourceName]int64{"nvidia.com/gpu": 8 - used[n], corev1.ResourceCPU: 64000, corev1.ResourcePods: 110}
-		},
-		eligible: func(*corev1.Pod, string) bool { return true },
+func pool(used map[string]int64) *placement.Pool { return costedPool(used, nil) }
+
+// costedPool is pool with a class cost per node.
+func costedPool(used map[string]int64, cost func(string) int64) *placement.Pool {
+	var nodes []placement.StaticNode
+	for _, n := range testNodes() {
+		nodes = append(nodes, placement.StaticNode{Node: n, Free: placement.Resources{"nvidia.com/gpu": 8 - used[n.Name], corev1.ResourceCPU: 64000, corev1.ResourcePods: 110}})
 	}
+	return placement.NewPool(placement.StaticSource(nodes...), costs(cost), nil)
+}
+
+// costs is an accelerator rule set that matches every node and prices it by name.
+type costs func(string) int64
+
+func (c costs) Match(*corev1.Pod, *corev1.Node) (bool, string) { return true, "" }
+func (c costs) Cost(n *corev1.Node) int64 {
+	if c == nil {
+		return 0
+	}
+	return c(n.Name)
 }
 
 func units(name string, pods int, gpus int64) []unitToPlace {
 	var out []unitToPlace
 	for i := 0; i < pods; i++ {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), UID: types.UID(fmt.Sprintf("%s-%d", name, i))}}
-		out = append(out, unitToPlace{key: p.Name, pods: []*corev1.Pod{p}, reqs: []map[corev1.ResourceName]int64{{"nvidia.com/gpu": gpus, corev1.ResourcePods: 1}}})
+		out = append(out, unitToPlace{key: p.Name, pods: []*corev1.Pod{p}, reqs: []placement.Resources{{"nvidia.com/gpu": gpus, corev1.ResourcePods: 1}}})
 	}
 	return out
 }
@@ -108,31 +122,31 @@ func TestChooseDomainPicksLowestTierThenTightestFit(t *testing.T) {
 	used := map[string]int64{"n-000": 8, "n-001": 4}
 	p, msg := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 1, 4), pool: pool(used)})
 	require.Empty(t, msg)
-	assert.Equal(t, "l00", p.group.name)
+	assert.Equal(t, "l00", p.Domain.Name)
 
 	p, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("b", 2, 8), pool: pool(used)})
-	assert.Equal(t, "l01", p.group.name)
+	assert.Equal(t, "l01", p.Domain.Name)
 
 	p, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: units("c", 3, 8), pool: pool(used)})
-	assert.Equal(t, "s1", p.group.name, "spine s0 has only 2 whole nodes left")
+	assert.Equal(t, "s1", p.Domain.Name, "spine s0 has only 2 whole nodes left")
 
 	_, msg = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("d", 3, 8), pool: pool(used)})
 	assert.Equal(t, "no leaf (tier 1) can hold the group's 3 pods; the best, l01, holds 2", msg)
 
 	p, msg = chooseDomain(&choice{fabric: f, group: constraint{hard: false, limit: 1}, units: units("e", 3, 8), pool: pool(used)})
 	require.Empty(t, msg)
-	assert.Equal(t, 2, p.group.tier, "soft mode climbs to the lowest tier that fits")
+	assert.Equal(t, 2, p.Domain.Tier, "soft mode climbs to the lowest tier that fits")
 }
 
 func TestChooseDomainKeepsPlacedPodsAndAvoidsFailedDomains(t *testing.T) {
 	f := FabricFromLabels(labelTiers, testNodes())
 	p, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: units("a", 1, 8), placed: []string{"n-110"}, pool: pool(nil)})
-	assert.Equal(t, "l11", p.group.name, "the rest of a group joins its placed pods")
+	assert.Equal(t, "l11", p.Domain.Name, "the rest of a group joins its placed pods")
 
 	p, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 8), avoid: sets.New("l00"), pool: pool(nil)})
-	assert.Equal(t, "l01", p.group.name)
+	assert.Equal(t, "l01", p.Domain.Name)
 	p, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 8), avoid: sets.New("l00", "l01", "l10", "l11"), pool: pool(nil)})
-	assert.Equal(t, "l00", p.group.name, "when every domain failed once, they are all tried again")
+	assert.Equal(t, "l00", p.Domain.Name, "when every domain failed once, they are all tried again")
 }
 
 func TestSubgroupsGetTheirOwnDomainInsideTheGroup(t *testing.T) {
@@ -149,12 +163,12 @@ func TestSubgroupsGetTheirOwnDomainInsideTheGroup(t *testing.T) {
 	}
 	p, msg := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: us, pool: pool(nil)})
 	require.Empty(t, msg)
-	assert.Equal(t, "s0", p.group.name)
-	assert.Equal(t, 1, p.sub["sg/0"].tier)
-	assert.NotEqual(t, p.sub["sg/0"].name, p.sub["sg/1"].name)
+	assert.Equal(t, "s0", p.Domain.Name)
+	assert.Equal(t, 1, p.Sub["sg/0"].Tier)
+	assert.NotEqual(t, p.Sub["sg/0"].Name, p.Sub["sg/1"].Name)
 	assert.Equal(t, "s1", func() string {
 		p, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: us, pool: pool(map[string]int64{"n-000": 1})})
-		return p.group.name
+		return p.Domain.Name
 	}(), "s0 has 3 whole nodes, but only one leaf with two")
 }
 
@@ -169,16 +183,16 @@ func TestSpreadCountsGroupsNotPods(t *testing.T) {
 	}
 	// Group m-0 has four pods in z0, group m-1 one pod in z1: one group each, so both
 	// zones may take the next group (pods would say z1 only).
-	placed := []placedPod{{pod("m-0"), "n-000"}, {pod("m-0"), "n-001"}, {pod("m-0"), "n-010"}, {pod("m-0"), "n-011"}, {pod("m-1"), "n-100"}}
+	placed := []placement.PlacedPod{{Pod: pod("m-0"), Node: "n-000"}, {Pod: pod("m-0"), Node: "n-001"}, {Pod: pod("m-0"), Node: "n-010"}, {Pod: pod("m-0"), Node: "n-011"}, {Pod: pod("m-1"), Node: "n-100"}}
 	zones, counts := spreadZones(rules, "m-2", nodes, placed)
 	assert.Equal(t, map[string]int{"z0": 1, "z1": 1}, counts)
 	assert.Len(t, zones, 2)
 
 	// A third group in z0 leaves only z1 open.
-	placed = append(placed, placedPod{pod("m-2"), "n-000"})
+	placed = append(placed, placement.PlacedPod{Pod: pod("m-2"), Node: "n-000"})
 	zones, _ = spreadZones(rules, "m-3", nodes, placed)
 	require.Len(t, zones, 1)
-	assert.Equal(t, "z1", zones[0].name)
+	assert.Equal(t, "z1", zones[0].Name)
 }
 
 func TestResolveTiers(t *testing.T) {
@@ -207,16 +221,15 @@ var _ = resource.MustParse
 
 func TestChooseDomainPrefersTheCheaperClass(t *testing.T) {
 	f := FabricFromLabels(labelTiers, testNodes())
-	pl := pool(nil)
 	// Spine s0 is the expensive class: a group that fits in a leaf of either goes to s1.
-	pl.cost = func(n string) int64 {
+	pl := costedPool(nil, func(n string) int64 {
 		if strings.HasPrefix(n, "n-0") {
 			return 2200
 		}
 		return 1000
-	}
+	})
 	p, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 4), pool: pl})
-	assert.Equal(t, "l10", p.group.name)
+	assert.Equal(t, "l10", p.Domain.Name)
 }
 
 func TestSpreadScheduleAnywayOrdersAndSelectorChoosesWhatCounts(t *testing.T) {
@@ -225,7 +238,7 @@ func TestSpreadScheduleAnywayOrdersAndSelectorChoosesWhatCounts(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{
 			workloadv1alpha1.ModelServingNameLabel: ms, workloadv1alpha1.GroupNameLabel: group, "tier": tier}}}
 	}
-	placed := []placedPod{{pod("m", "m-0", "gold"), "n-000"}, {pod("m", "m-1", "gold"), "n-001"}, {pod("m", "m-2", "bronze"), "n-100"}}
+	placed := []placement.PlacedPod{{Pod: pod("m", "m-0", "gold"), Node: "n-000"}, {Pod: pod("m", "m-1", "gold"), Node: "n-001"}, {Pod: pod("m", "m-2", "bronze"), Node: "n-100"}}
 
 	// ScheduleAnyway with maxSkew 1: z0 (2 groups) is over the skew but stays, after z1.
 	ms := &workloadv1alpha1.ModelServing{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: workloadv1alpha1.ModelServingSpec{
@@ -235,7 +248,7 @@ func TestSpreadScheduleAnywayOrdersAndSelectorChoosesWhatCounts(t *testing.T) {
 	zones, counts := spreadZones(rules, "m-3", nodes, placed)
 	assert.Equal(t, map[string]int{"z0": 2, "z1": 1}, counts)
 	require.Len(t, zones, 2)
-	assert.Equal(t, []string{"z1", "z0"}, []string{zones[0].name, zones[1].name})
+	assert.Equal(t, []string{"z1", "z0"}, []string{zones[0].Name, zones[1].Name})
 
 	// A selector counts only the gold groups: z1 has none, so under DoNotSchedule only z1 is open.
 	ms.Spec.TopologySpreadConstraints[0].WhenUnsatisfiable = corev1.DoNotSchedule
@@ -245,5 +258,5 @@ func TestSpreadScheduleAnywayOrdersAndSelectorChoosesWhatCounts(t *testing.T) {
 	zones, counts = spreadZones(rules, "m-3", nodes, placed)
 	assert.Equal(t, map[string]int{"z0": 2, "z1": 0}, counts)
 	require.Len(t, zones, 1)
-	assert.Equal(t, "z1", zones[0].name)
+	assert.Equal(t, "z1", zones[0].Name)
 }

@@ -32,7 +32,7 @@ import (
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
-	"github.com/berth-sh/berth/pkg/plugins/gang"
+	"github.com/berth-sh/berth/pkg/plugins/placement"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -253,7 +253,7 @@ func (w *world) dump() {
 				msg = c.Message
 			}
 		}
-		w.t.Logf("pod %s group=%s node=%q %s", p.Name, gang.GroupName(&p), p.Spec.NodeName, msg)
+		w.t.Logf("pod %s group=%s node=%q %s", p.Name, placement.GroupName(&p), p.Spec.NodeName, msg)
 	}
 }
 
@@ -289,7 +289,7 @@ func (w *world) create(g group) {
 	require.NoError(w.t, err)
 	for k := 0; k < g.pods; k++ {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", g.name, k), Namespace: w.ns,
-			Annotations: map[string]string{gang.GroupNameKey: g.name, gang.TaskSpecKey: fmt.Sprintf("worker-%d", k)}},
+			Annotations: map[string]string{placement.GroupNameKey: g.name, placement.TaskSpecKey: fmt.Sprintf("worker-%d", k)}},
 			Spec: podSpec(g.gpus)}
 		_, err := kube.CoreV1().Pods(w.ns).Create(w.ctx, p, metav1.CreateOptions{})
 		require.NoError(w.t, err)
@@ -311,7 +311,7 @@ func (w *world) placement() (byGroup map[string][]string, pending map[string]str
 	require.NoError(w.t, err)
 	byGroup, pending = map[string][]string{}, map[string]string{}
 	for _, p := range pods.Items {
-		g := gang.GroupName(&p)
+		g := placement.GroupName(&p)
 		if g == "" {
 			g = p.Name
 		}

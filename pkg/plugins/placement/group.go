@@ -1,4 +1,4 @@
-package gang
+package placement
 
 import (
 	"fmt"
@@ -19,33 +19,34 @@ const (
 	TaskSpecKey = "volcano.sh/task-spec"
 )
 
-// groupNameOf returns the PodGroup a pod belongs to, if any.
-func groupNameOf(pod *corev1.Pod) string {
+// GroupName returns the PodGroup a pod belongs to, if any.
+func GroupName(pod *corev1.Pod) string {
 	if name := pod.Annotations[GroupNameKey]; name != "" {
 		return name
 	}
 	return pod.Labels[GroupNameKey]
 }
 
-// taskOf returns the task (role replica) a pod belongs to, if any.
-func taskOf(pod *corev1.Pod) string {
+// Task returns the task (role replica) a pod belongs to, if any.
+func Task(pod *corev1.Pod) string {
 	if t := pod.Annotations[TaskSpecKey]; t != "" {
 		return t
 	}
 	return pod.Labels[TaskSpecKey]
 }
 
-// requirement is what a PodGroup demands before any of its pods may bind. It is derived
+// Requirement is what a PodGroup demands before any of its pods may bind. It is derived
 // from the PodGroup alone and holds no framework state, so the rules are unit-testable.
-type requirement struct {
-	minMember int
-	minTask   map[string]int
-	subGroups []subGroupRule
+type Requirement struct {
+	MinMember int
+	// MinTask is minTaskMember without its zero entries.
+	MinTask   map[string]int
+	SubGroups []SubGroupRule
 }
 
-// subGroupRule is one entry of spec.subGroupPolicy: pods matching selector are partitioned
+// SubGroupRule is one entry of spec.subGroupPolicy: pods matching selector are partitioned
 // by the values of keys into subgroups of size pods each.
-type subGroupRule struct {
+type SubGroupRule struct {
 	name         string
 	size         int
 	minSubGroups int
@@ -53,15 +54,16 @@ type subGroupRule struct {
 	keys         []string
 }
 
-func newRequirement(pg *volcanov1beta1.PodGroup) (*requirement, error) {
-	r := &requirement{minMember: int(pg.Spec.MinMember), minTask: map[string]int{}}
+// NewRequirement reads a PodGroup's minimum.
+func NewRequirement(pg *volcanov1beta1.PodGroup) (*Requirement, error) {
+	r := &Requirement{MinMember: int(pg.Spec.MinMember), MinTask: map[string]int{}}
 	for task, n := range pg.Spec.MinTaskMember {
 		if n > 0 {
-			r.minTask[task] = int(n)
+			r.MinTask[task] = int(n)
 		}
 	}
 	for i, sg := range pg.Spec.SubGroupPolicy {
-		rule := subGroupRule{name: sg.Name, size: 1, keys: sg.MatchLabelKeys, selector: labels.Everything()}
+		rule := SubGroupRule{name: sg.Name, size: 1, keys: sg.MatchLabelKeys, selector: labels.Everything()}
 		if rule.name == "" {
 			rule.name = fmt.Sprintf("subGroupPolicy[%d]", i)
 		}
@@ -78,29 +80,29 @@ func newRequirement(pg *volcanov1beta1.PodGroup) (*requirement, error) {
 			}
 			rule.selector = sel
 		}
-		r.subGroups = append(r.subGroups, rule)
+		r.SubGroups = append(r.SubGroups, rule)
 	}
 	return r, nil
 }
 
-// members returns how many pods the group needs placed together at the least: minMember,
+// Members returns how many pods the group needs placed together at the least: minMember,
 // or more when the task or subgroup minimums add up to more.
-func (r *requirement) members() int {
+func (r *Requirement) Members() int {
 	n := 0
-	for _, m := range r.minTask {
+	for _, m := range r.MinTask {
 		n += m
 	}
-	for _, sg := range r.subGroups {
+	for _, sg := range r.SubGroups {
 		if sg.minSubGroups*sg.size > n {
 			n = sg.minSubGroups * sg.size
 		}
 	}
-	return max(n, r.minMember)
+	return max(n, r.MinMember)
 }
 
-// subGroupOf returns the subgroup key of a pod under rule, or "" when the rule does not
+// SubGroupOf returns the subgroup key of a pod under rule, or "" when the rule does not
 // cover the pod.
-func (sg *subGroupRule) subGroupOf(pod *corev1.Pod) string {
+func (sg *SubGroupRule) SubGroupOf(pod *corev1.Pod) string {
 	if !sg.selector.Matches(labels.Set(pod.Labels)) {
 		return ""
 	}
@@ -120,23 +122,23 @@ func (sg *subGroupRule) subGroupOf(pod *corev1.Pod) string {
 }
 
 // sizes counts the given pods per subgroup of the rule.
-func (sg *subGroupRule) sizes(pods []*corev1.Pod) map[string]int {
+func (sg *SubGroupRule) sizes(pods []*corev1.Pod) map[string]int {
 	counts := map[string]int{}
 	for _, p := range pods {
-		if k := sg.subGroupOf(p); k != "" {
+		if k := sg.SubGroupOf(p); k != "" {
 			counts[k]++
 		}
 	}
 	return counts
 }
 
-// verdict says whether a set of pods may be released to bind, and if not, why.
-type verdict struct {
-	ok     bool
-	reason string
+// Verdict says whether a set of pods may be released to bind, and if not, why.
+type Verdict struct {
+	OK     bool
+	Reason string
 }
 
-// check decides whether placed (bound, held in Permit, or being scheduled) satisfies the
+// Check decides whether placed (bound, held in Permit, or being scheduled) satisfies the
 // group. all is every pod of the group the scheduler knows of, used to tell whether a
 // subgroup could ever complete. The rules:
 //   - at least minMember pods placed;
@@ -144,41 +146,41 @@ type verdict struct {
 //   - every subgroup rule at least minSubGroups complete subgroups;
 //   - no subgroup partly placed: a subgroup (a role replica with its workers) that has a
 //     pod placed has all of them placed, so a replica is never split.
-func (r *requirement) check(placed []*corev1.Pod) verdict {
-	if len(placed) < r.minMember {
-		return verdict{reason: fmt.Sprintf("%d/%d pods placed", len(placed), r.minMember)}
+func (r *Requirement) Check(placed []*corev1.Pod) Verdict {
+	if len(placed) < r.MinMember {
+		return Verdict{Reason: fmt.Sprintf("%d/%d pods placed", len(placed), r.MinMember)}
 	}
 	if task, have, want := r.shortTask(placed); task != "" {
-		return verdict{reason: fmt.Sprintf("task %s has %d/%d pods placed", task, have, want)}
+		return Verdict{Reason: fmt.Sprintf("task %s has %d/%d pods placed", task, have, want)}
 	}
-	for i := range r.subGroups {
-		sg := &r.subGroups[i]
+	for i := range r.SubGroups {
+		sg := &r.SubGroups[i]
 		complete := 0
 		for _, n := range sg.sizes(placed) {
 			if n >= sg.size {
 				complete++
 			} else {
-				return verdict{reason: fmt.Sprintf("%s: a subgroup has %d/%d pods placed", sg.name, n, sg.size)}
+				return Verdict{Reason: fmt.Sprintf("%s: a subgroup has %d/%d pods placed", sg.name, n, sg.size)}
 			}
 		}
 		if complete < sg.minSubGroups {
-			return verdict{reason: fmt.Sprintf("%s: %d/%d complete subgroups placed", sg.name, complete, sg.minSubGroups)}
+			return Verdict{Reason: fmt.Sprintf("%s: %d/%d complete subgroups placed", sg.name, complete, sg.minSubGroups)}
 		}
 	}
-	return verdict{ok: true}
+	return Verdict{OK: true}
 }
 
-// enough says whether the pods that exist could ever satisfy the group; PreEnqueue holds
+// Enough says whether the pods that exist could ever satisfy the group; PreEnqueue holds
 // the group's pods back until they could.
-func (r *requirement) enough(all []*corev1.Pod) verdict {
-	if len(all) < r.minMember {
-		return verdict{reason: fmt.Sprintf("%d/%d pods exist", len(all), r.minMember)}
+func (r *Requirement) Enough(all []*corev1.Pod) Verdict {
+	if len(all) < r.MinMember {
+		return Verdict{Reason: fmt.Sprintf("%d/%d pods exist", len(all), r.MinMember)}
 	}
 	if task, have, want := r.shortTask(all); task != "" {
-		return verdict{reason: fmt.Sprintf("task %s has %d/%d pods", task, have, want)}
+		return Verdict{Reason: fmt.Sprintf("task %s has %d/%d pods", task, have, want)}
 	}
-	for i := range r.subGroups {
-		sg := &r.subGroups[i]
+	for i := range r.SubGroups {
+		sg := &r.SubGroups[i]
 		if sg.minSubGroups == 0 {
 			continue
 		}
@@ -189,30 +191,31 @@ func (r *requirement) enough(all []*corev1.Pod) verdict {
 			}
 		}
 		if complete < sg.minSubGroups {
-			return verdict{reason: fmt.Sprintf("%s: %d/%d complete subgroups exist", sg.name, complete, sg.minSubGroups)}
+			return Verdict{Reason: fmt.Sprintf("%s: %d/%d complete subgroups exist", sg.name, complete, sg.minSubGroups)}
 		}
 	}
-	return verdict{ok: true}
+	return Verdict{OK: true}
 }
 
 // shortTask returns the first task (by name) with fewer pods than its minTaskMember.
-func (r *requirement) shortTask(pods []*corev1.Pod) (task string, have, want int) {
-	if len(r.minTask) == 0 {
+func (r *Requirement) shortTask(pods []*corev1.Pod) (task string, have, want int) {
+	if len(r.MinTask) == 0 {
 		return "", 0, 0
 	}
 	perTask := map[string]int{}
 	for _, p := range pods {
-		perTask[taskOf(p)]++
+		perTask[Task(p)]++
 	}
-	for _, t := range sortedKeys(r.minTask) {
-		if perTask[t] < r.minTask[t] {
-			return t, perTask[t], r.minTask[t]
+	for _, t := range SortedKeys(r.MinTask) {
+		if perTask[t] < r.MinTask[t] {
+			return t, perTask[t], r.MinTask[t]
 		}
 	}
 	return "", 0, 0
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+// SortedKeys returns a map's keys in order.
+func SortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -1,0 +1,203 @@
+package gang
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/berth-sh/berth/pkg/plugins/placement"
+)
+
+// preFilterStateKey carries the pod's planned node from PreFilter to PostFilter.
+const preFilterStateKey fwk.StateKey = "PreFilter" + Name
+
+type preFilterState struct {
+	key     string // the pod's group, "" for a pod without one
+	planned string // the node the group's plan chose for the pod, "" for the full pass
+	req     placement.Resources
+}
+
+// Clone returns the state itself: it is never modified after PreFilter.
+func (s *preFilterState) Clone() fwk.StateData { return s }
+
+func readPreFilterState(state fwk.CycleState) (*preFilterState, error) {
+	data, err := state.Read(preFilterStateKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading %q from cycle state: %w", preFilterStateKey, err)
+	}
+	s, ok := data.(*preFilterState)
+	if !ok {
+		return nil, fmt.Errorf("%q has type %T", preFilterStateKey, data)
+	}
+	return s, nil
+}
+
+// PreFilter plans the pod's group before it holds anything and sends the pod to its planned
+// node: a group whose minimum has no plan is refused at once, with the reason, and holds
+// nothing. Pods without a group pass, but when plans keep capacity anywhere Filter keeps
+// them off it.
+func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		if !g.model.Keeping() {
+			return nil, fwk.NewStatus(fwk.Skip)
+		}
+		state.Write(preFilterStateKey, &preFilterState{req: placement.PodRequests(pod)})
+		return nil, nil
+	}
+	logger := klog.FromContext(ctx).WithValues("ExtensionPoint", "PreFilter", "plugin", Name, "group", key)
+	pg, req, err := g.podGroup(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %v", key, err))
+	}
+	now := time.Now()
+	g.mu.Lock()
+	backoff := g.stateLocked(key).backoffUntil
+	g.mu.Unlock()
+	if now.Before(backoff) {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s is backing off for %s after it could not be placed", key, backoff.Sub(now).Round(time.Millisecond)))
+	}
+	out, err := g.model.PlanFor(pod, pg, req, g.args.waitTimeout(pg))
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if out.Stale {
+		fastPath.WithLabelValues("stale").Inc()
+	}
+	if out.Plan == nil {
+		logger.V(4).Info("Group has no plan", "reason", out.Refusal)
+		g.rejectGroup(pg, key, reasonNotEnoughResources, out.Refusal)
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, out.Refusal))
+	}
+	if pg.Spec.MinResources != nil && len(g.placedPods(key, nil)) == 0 {
+		// Volcano's pre-check: the declared minimum must fit the cluster's free total,
+		// even when the pods ask for less.
+		if msg := checkMinResources(*pg.Spec.MinResources, g.model.Pool(key)); msg != "" {
+			g.rejectGroup(pg, key, reasonNotEnoughResources, msg)
+			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, msg))
+		}
+	}
+	s := &preFilterState{key: key, req: placement.PodRequests(pod)}
+	state.Write(preFilterStateKey, s)
+	if node := out.Node(pod); node != "" && placement.Narrowable(pod) {
+		// The fast path: the plan has already judged every node for this pod.
+		s.planned = node
+		fastPath.WithLabelValues("hit").Inc()
+		return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
+	}
+	return nil, nil
+}
+
+// PreFilterExtensions is not needed: the plugin does not track per-node state in a cycle.
+func (g *Gang) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter keeps a pod off capacity that other groups' plans keep: the free capacity less
+// what they keep must hold it.
+func (g *Gang) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	s, err := readPreFilterState(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := ni.Node()
+	kept := g.model.KeptOn(node.Name, s.key)
+	if kept == nil {
+		return nil
+	}
+	free := placement.FreeOf(ni)
+	for name, v := range s.req {
+		if v > 0 && kept[name] > 0 && free[name]-kept[name] < v {
+			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s on this node is kept for a planned group", name))
+		}
+	}
+	return nil
+}
+
+// PostFilter runs when a pod fits no node it was allowed. A pod sent to its planned node
+// found the plan stale: the plan is dropped and the pod retried at once, when the group is
+// planned again around what it holds. Otherwise, unless the group's minimum is already
+// bound, the pods it holds in Permit can never be joined by this one: release them now
+// rather than at the timeout, so the capacity goes to a group that can complete.
+func (g *Gang) PostFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	pg, req, err := g.podGroup(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	if req.Check(g.placedPods(key, nil)).OK {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	if s, err := readPreFilterState(state); err == nil && s.planned != "" {
+		fastPath.WithLabelValues("stale").Inc()
+		g.model.Exclude(key, s.planned)
+		g.model.Drop(key)
+		time.AfterFunc(100*time.Millisecond, func() { g.activate(key) })
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: planned node %s no longer takes pod %s; planning again", key, s.planned, pod.Name))
+	}
+	msg := fmt.Sprintf("pod %s fits no node", pod.Name)
+	if m := refusal(g.handle, statuses); m != "" {
+		// A PreFilter refusal (for example the topology plugin's "no leaf can hold the
+		// group") applies to every node and says more than "fits no node".
+		msg = m
+	}
+	g.rejectGroup(pg, key, reasonNotEnoughResources, msg)
+	return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s released: %s", key, msg))
+}
+
+// refusal returns the message a PreFilter plugin refused the pod with, read off any node's
+// status (a PreFilter refusal is recorded for all of them), or "" when nodes were refused
+// one by one in Filter.
+func refusal(handle fwk.Handle, statuses fwk.NodeToStatusReader) string {
+	infos, err := handle.SnapshotSharedLister().NodeInfos().List()
+	if err != nil || len(infos) == 0 || infos[0].Node() == nil {
+		return ""
+	}
+	st := statuses.Get(infos[0].Node().Name)
+	if st == nil || st.Plugin() == "" || st.Plugin() == Name {
+		return ""
+	}
+	if len(infos) > 1 && infos[1].Node() != nil {
+		// Filter refusals differ per node; a PreFilter refusal is the same for all.
+		if other := statuses.Get(infos[1].Node().Name); other == nil || other.Message() != st.Message() {
+			return ""
+		}
+	}
+	return st.Message()
+}
+
+// checkMinResources is Volcano's minResources pre-check: the free capacity, summed over
+// nodes, must cover what the PodGroup says its minimum needs. It catches a PodGroup whose
+// declared minimum is larger than its pods ask for. It returns "" when it fits.
+func checkMinResources(minResources corev1.ResourceList, pool *placement.Pool) string {
+	if len(minResources) == 0 {
+		return ""
+	}
+	free := placement.Resources{}
+	for _, n := range pool.Nodes() {
+		for name, v := range pool.Free(n) {
+			if v > 0 {
+				free[name] += v
+			}
+		}
+	}
+	names := make(map[string]bool, len(minResources))
+	for name := range minResources {
+		names[string(name)] = true
+	}
+	for _, name := range placement.SortedKeys(names) {
+		rn := corev1.ResourceName(name)
+		want := placement.QuantityValue(rn, minResources[rn])
+		if free[rn] < want {
+			return fmt.Sprintf("the group's minResources ask for %s %s, %s free in the cluster",
+				placement.FormatAmount(rn, want), rn, placement.FormatAmount(rn, free[rn]))
+		}
+	}
+	return ""
+}

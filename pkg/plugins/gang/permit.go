@@ -1,0 +1,165 @@
+package gang
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	"github.com/berth-sh/berth/pkg/plugins/placement"
+)
+
+// Reserve remembers the pod as held by its group until it is seen bound or released; its
+// plan stops keeping room for it, since the scheduler's cache now counts it.
+func (g *Gang) Reserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		return nil
+	}
+	held := pod.DeepCopy()
+	held.Spec.NodeName = nodeName
+	g.mu.Lock()
+	g.stateLocked(key).held[pod.UID] = held
+	g.mu.Unlock()
+	g.model.Reserve(pod, nodeName)
+	return nil
+}
+
+// Unreserve runs when a held pod is rejected (timeout, a sibling's failure) or fails to
+// bind. A group that has not reached its minimum releases every sibling with it.
+func (g *Gang) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		return
+	}
+	g.model.Unreserve(pod)
+	g.mu.Lock()
+	st := g.stateLocked(key)
+	delete(st.held, pod.UID)
+	timedOut := !st.deadline.IsZero() && !time.Now().Before(st.deadline)
+	g.mu.Unlock()
+
+	pg, req, err := g.podGroup(pod)
+	if err != nil || req.Check(g.placedPods(key, nil)).OK {
+		return
+	}
+	if timedOut {
+		g.rejectGroup(pg, key, reasonTimeout, fmt.Sprintf("the group's minimum was not placed within %s", g.args.waitTimeout(pg)))
+		return
+	}
+	g.rejectGroup(pg, key, reasonNotEnoughResources, fmt.Sprintf("pod %s was released", pod.Name))
+}
+
+// Permit holds the pod until the group's minimum is placed, then lets every held sibling go.
+func (g *Gang) Permit(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) (*fwk.Status, time.Duration) {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		return nil, 0
+	}
+	pg, req, err := g.podGroup(pod)
+	if err != nil {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("PodGroup %s: %v", key, err)), 0
+	}
+	if v := req.Check(g.placedPods(key, pod)); v.OK {
+		g.allowGroup(pg, key)
+		return nil, 0
+	}
+	now := time.Now()
+	g.mu.Lock()
+	st := g.stateLocked(key)
+	if st.deadline.IsZero() || now.After(st.deadline) {
+		st.deadline = now.Add(g.args.waitTimeout(pg))
+	}
+	wait := st.deadline.Sub(now)
+	g.mu.Unlock()
+	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for gang %s", key)), wait
+}
+
+// PostBind forgets a bound pod: from now on the informer reports it.
+func (g *Gang) PostBind(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		return
+	}
+	g.mu.Lock()
+	if st := g.groups[key]; st != nil {
+		delete(st.held, pod.UID)
+	}
+	g.mu.Unlock()
+}
+
+// allowGroup releases every held sibling to bind.
+func (g *Gang) allowGroup(pg *volcanov1beta1.PodGroup, key string) {
+	g.mu.Lock()
+	st := g.stateLocked(key)
+	st.deadline = time.Time{}
+	g.mu.Unlock()
+	g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		if placement.GroupKey(wp.GetPod()) == key {
+			wp.Allow(Name)
+		}
+	})
+	g.status.scheduled(pg)
+	gangsScheduled.Inc()
+}
+
+// rejectGroup releases every held sibling, drops the group's plan, starts the backoff and
+// records why.
+func (g *Gang) rejectGroup(pg *volcanov1beta1.PodGroup, key, reason, msg string) {
+	backoff := g.args.backoff()
+	g.model.Drop(key)
+	g.mu.Lock()
+	st := g.stateLocked(key)
+	st.deadline = time.Time{}
+	alreadyBackingOff := time.Now().Before(st.backoffUntil)
+	if !alreadyBackingOff {
+		st.backoffUntil = time.Now().Add(backoff)
+	}
+	g.mu.Unlock()
+	g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		if placement.GroupKey(wp.GetPod()) == key {
+			wp.Reject(Name, fmt.Sprintf("gang %s released: %s", key, msg))
+		}
+	})
+	if alreadyBackingOff {
+		return
+	}
+	gangsRejected.WithLabelValues(reason).Inc()
+	g.status.unschedulable(pg, reason, msg)
+	if backoff > 0 {
+		time.AfterFunc(backoff, func() { g.activate(key) })
+	}
+}
+
+// activateIfComplete re-queues a group's held-back pods once the pod just added makes the
+// group large enough to meet its minimum.
+func (g *Gang) activateIfComplete(pod *corev1.Pod) {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		return
+	}
+	_, req, err := g.podGroup(pod)
+	if err != nil {
+		return
+	}
+	if req.Enough(g.groupPods(key)).OK {
+		g.activate(key)
+	}
+}
+
+// activate puts the group's pending pods back in the active queue.
+func (g *Gang) activate(key string) {
+	pods := map[string]*corev1.Pod{}
+	for _, p := range g.groupPods(key) {
+		if p.Spec.NodeName == "" {
+			pods[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	if len(pods) > 0 {
+		g.handle.Activate(klog.Background(), pods)
+	}
+}
