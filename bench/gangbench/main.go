@@ -3,7 +3,7 @@
 // k8s.io/kubernetes v1.37.1 test/integration/scheduler_perf/podgroup/gangscheduling
 // (5000 nodes; 1000, 2000 and 3000 gangs of 3 pods; 3 gangs of 1000 pods).
 //
-// Each workload runs three times on the same nodes with the same pods:
+// Each workload runs in three modes on the same nodes with the same pods:
 //   - native:  kube-scheduler 1.37's GangScheduling plugin (GenericWorkload gate) on
 //     scheduling.k8s.io/v1beta1 PodGroups;
 //   - berth:   berth-scheduler (manifests/scheduler/config.yaml) on Volcano PodGroups;
@@ -11,7 +11,14 @@
 //
 // Throughput is pods bound per second, from the first pod created to the last pod bound,
 // with the scheduler already running and synced. All three share the machine, the
-// apiserver and the node set, so their ratios are what to read.
+// apiserver and the node set, so their ratios are what to read. Each workload runs -runs
+// times per mode (modes interleaved, the first mode rotating from run to run); the table
+// shows the median per mode, the ratios of the medians and the range of the per-run
+// berth/native ratio.
+//
+// -workloads contention (or -contention) adds a second workload, GPU contention: a stream
+// of random multi-role gangs asking for about twice a GPU pool, with berth's Volcano
+// PodGroups against native gangs (contention.go, CONTENTION.md).
 package main
 
 import (
@@ -23,6 +30,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +53,6 @@ import (
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
 	"github.com/berth-sh/berth/internal/controlplane"
-	"github.com/berth-sh/berth/pkg/plugins/gang"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -71,17 +79,64 @@ const (
 )
 
 func main() {
-	nodes := flag.Int("nodes", 5000, "simulated nodes (upstream: 5000)")
-	only := flag.String("workloads", "", "comma-separated workload names to run (default: all)")
+	nodes := flag.Int("nodes", 5000, "simulated CPU nodes for the upstream workloads (upstream: 5000)")
+	only := flag.String("workloads", "", "comma-separated workload names to run, \"contention\" among them (default: the upstream ones)")
 	scale := flag.Float64("scale", 1, "multiply gang counts by this (for a quick look; 1 = upstream)")
-	out := flag.String("out", "", "also write the markdown table to this file")
-	modes := flag.String("modes", "native,berth,ceiling", "which schedulers to run")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the berth runs to this file")
+	out := flag.String("out", "", "also write the markdown tables to this file")
+	modes := flag.String("modes", "native,berth,ceiling", "which schedulers to run (contention skips ceiling)")
+	runs := flag.Int("runs", 3, "run each workload this many times per mode (modes interleaved); tables show medians")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the first berth run of each workload to this file (the last workload's wins)")
+	var c contentionOptions
+	contention := flag.Bool("contention", false, "also run the GPU contention workload (see CONTENTION.md)")
+	sizes := flag.String("contention-sizes", "16,64", "contention: GPU pool sizes in nodes of 8 GPUs")
+	flag.IntVar(&c.otherNodes, "contention-other-nodes", 200, "contention: CPU nodes beside the GPU pool (instead of -nodes)")
+	flag.Uint64Var(&c.seed, "seed", 1, "contention: seed of the gang stream (the same stream for every mode and run)")
+	flag.Float64Var(&c.demand, "contention-demand", 2, "contention: the stream asks for about this many times the pool's GPUs")
+	flag.DurationVar(&c.perNode, "contention-stream-per-node", 250*time.Millisecond, "contention: stream duration per pool node")
+	flag.DurationVar(&c.quiet, "contention-quiet", 5*time.Second, "contention: settled once bound pods have not changed for this long")
+	flag.DurationVar(&c.settleCap, "contention-settle-cap", 60*time.Second, "contention: wait at most this long after the stream for the pods to settle")
+	flag.DurationVar(&c.partialWindow, "contention-partial-window", 2*time.Second, "contention: a group counts as partially bound once it has stayed so this long")
 	flag.Parse()
-	// The apiserver and scheduler log per request at the default level; a benchmark wants none of it.
-	klog.LogToStderr(false)
-	klog.SetOutput(io.Discard)
+	quietLogs()
+	if *runs < 1 {
+		must(fmt.Errorf("-runs must be at least 1"))
+	}
 
+	var selected []workload
+	known := map[string]bool{contentionName: true}
+	for _, w := range workloads {
+		known[w.name] = true
+		if *only == "" || listed(*only, w.name) {
+			w.gangs = max(1, int(float64(w.gangs)**scale))
+			selected = append(selected, w)
+		}
+	}
+	for _, name := range strings.Split(*only, ",") {
+		if name = strings.TrimSpace(name); name != "" && !known[name] {
+			must(fmt.Errorf("-workloads: unknown workload %q", name))
+		}
+	}
+	runContention := *contention || listed(*only, contentionName)
+	var runModes []mode
+	for _, m := range strings.Split(*modes, ",") {
+		switch mode(strings.TrimSpace(m)) {
+		case native, berth, ceiling:
+			runModes = append(runModes, mode(strings.TrimSpace(m)))
+		default:
+			must(fmt.Errorf("-modes: unknown mode %q (want native, berth, ceiling)", m))
+		}
+	}
+	if runContention {
+		for _, s := range strings.Split(*sizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 {
+				must(fmt.Errorf("-contention-sizes: bad size %q", s))
+			}
+			c.sizes = append(c.sizes, n)
+		}
+	}
+
+	began := time.Now()
 	ctx := context.Background()
 	flags := append(controlplane.DefaultAPIServerFlags(),
 		"--runtime-config=scheduling.k8s.io/v1beta1=true",
@@ -95,42 +150,123 @@ func main() {
 	defer cp.Stop()
 
 	b := newBench(cp)
-	fmt.Fprintf(os.Stderr, "creating %d nodes...\n", *nodes)
-	must(b.createNodes(ctx, *nodes))
+	var tables []string
 
-	var rows []string
-	for _, w := range workloads {
-		if *only != "" && !strings.Contains(","+*only+",", ","+w.name+",") {
-			continue
-		}
-		w.gangs = max(1, int(float64(w.gangs)**scale))
-		results := map[mode]float64{}
-		for _, m := range []mode{native, berth, ceiling} {
-			if !strings.Contains(","+*modes+",", ","+string(m)+",") {
-				continue
-			}
-			if m == berth && *cpuProfile != "" {
-				f, err := os.Create(*cpuProfile)
-				must(err)
-				must(pprof.StartCPUProfile(f))
-			}
-			podsPerSec, err := b.run(ctx, w, m)
-			if m == berth && *cpuProfile != "" {
-				pprof.StopCPUProfile()
-			}
-			must(err)
-			results[m] = podsPerSec
-			fmt.Fprintf(os.Stderr, "%-42s %-8s %8.1f pods/s\n", w.name, m, podsPerSec)
-		}
-		rows = append(rows, fmt.Sprintf("| %s | %d | %.0f | %.0f | %.0f | %.2f | %.2f |", w.name, w.gangs*w.podsPerGroup,
-			results[native], results[berth], results[ceiling], results[berth]/results[native], results[berth]/results[ceiling]))
+	// The contention workload runs first: it needs only a few CPU nodes beside its GPU pool,
+	// and growing the node set afterwards is cheaper than shrinking it.
+	if runContention {
+		fmt.Fprintf(os.Stderr, "contention: %d CPU nodes beside the GPU pool\n", c.otherNodes)
+		must(b.ensureCPUNodes(ctx, c.otherNodes))
+		table, err := b.contention(ctx, c, runModes, *runs)
+		must(err)
+		tables = append(tables, table)
 	}
-	table := "| workload | pods | native pods/s | berth pods/s | ceiling pods/s | berth/native | berth/ceiling |\n" +
-		"|---|---:|---:|---:|---:|---:|---:|\n" + strings.Join(rows, "\n") + "\n"
-	fmt.Print(table)
+
+	if len(selected) > 0 {
+		fmt.Fprintf(os.Stderr, "%d CPU nodes for the upstream workloads\n", *nodes)
+		must(b.ensureCPUNodes(ctx, *nodes))
+		var rows []string
+		for _, w := range selected {
+			rates := map[mode][]float64{}
+			var ratios []float64
+			for r := 0; r < *runs; r++ {
+				this := map[mode]float64{}
+				for _, m := range rotate(runModes, r) {
+					profile := m == berth && r == 0 && *cpuProfile != ""
+					if profile {
+						f, err := os.Create(*cpuProfile)
+						must(err)
+						must(pprof.StartCPUProfile(f))
+					}
+					podsPerSec, err := b.run(ctx, w, m)
+					if profile {
+						pprof.StopCPUProfile()
+					}
+					must(err)
+					this[m] = podsPerSec
+					rates[m] = append(rates[m], podsPerSec)
+					fmt.Fprintf(os.Stderr, "%-42s run %d/%d %-8s %8.1f pods/s\n", w.name, r+1, *runs, m, podsPerSec)
+				}
+				if this[native] > 0 && this[berth] > 0 {
+					ratios = append(ratios, this[berth]/this[native])
+				}
+			}
+			med := map[mode]float64{}
+			for m, v := range rates {
+				med[m] = median(v)
+			}
+			rangeCell := "–"
+			if len(ratios) > 0 {
+				rangeCell = fmt.Sprintf("%.2f–%.2f", slices.Min(ratios), slices.Max(ratios))
+			}
+			rows = append(rows, fmt.Sprintf("| %s | %d | %s | %s | %s | %s | %s | %s |", w.name, w.gangs*w.podsPerGroup,
+				num(med[native], 0), num(med[berth], 0), num(med[ceiling], 0),
+				ratio(med[berth], med[native]), ratio(med[berth], med[ceiling]), rangeCell))
+		}
+		tables = append(tables, fmt.Sprintf("Median of %s per mode (modes interleaved, the starting mode rotating from run to run), %d nodes.\n\n", plural(*runs, "run"), *nodes)+
+			"| workload | pods | native pods/s | berth pods/s | ceiling pods/s | berth/native | berth/ceiling | berth/native min–max |\n"+
+			"|---|---:|---:|---:|---:|---:|---:|---:|\n"+strings.Join(rows, "\n")+"\n")
+	}
+	all := strings.Join(tables, "\n")
+	fmt.Print(all)
+	fmt.Fprintf(os.Stderr, "gangbench: done in %s\n", time.Since(began).Round(time.Second))
 	if *out != "" {
-		must(os.WriteFile(*out, []byte(table), 0o644))
+		must(os.WriteFile(*out, []byte(all), 0o644))
 	}
+}
+
+// listed says whether name is in the comma-separated list.
+func listed(list, name string) bool {
+	for _, s := range strings.Split(list, ",") {
+		if strings.TrimSpace(s) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// rotate returns the modes starting at the r-th, so no mode always runs first (or right
+// after another) and drift over a long run is shared out.
+func rotate(modes []mode, r int) []mode {
+	if len(modes) == 0 {
+		return nil
+	}
+	k := r % len(modes)
+	return append(slices.Clone(modes[k:]), modes[:k]...)
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// num formats a measured value, or a dash when the mode did not run.
+func num(v float64, prec int) string {
+	if v == 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", a/b)
 }
 
 type bench struct {
@@ -139,6 +275,8 @@ type bench struct {
 	kube kubernetes.Interface
 	vc   volcanoclient.Interface
 	runs int
+	// cpuNodes is how many CPU nodes exist (node-00000 on).
+	cpuNodes int
 }
 
 func newBench(cp *controlplane.ControlPlane) *bench {
@@ -147,13 +285,47 @@ func newBench(cp *controlplane.ControlPlane) *bench {
 	return &bench{cp: cp, cfg: cfg, kube: kubernetes.NewForConfigOrDie(cfg), vc: volcanoclient.NewForConfigOrDie(cfg)}
 }
 
-// createNodes makes scheduler_perf's default node: 4 CPU, 32Gi, 110 pods.
-func (b *bench) createNodes(ctx context.Context, n int) error {
-	return fanout.Run(n, 16, func(i int) error {
-		node := sim.NewNode(fmt.Sprintf("node-%05d", i), sim.NodeShape{CPU: "4", Memory: "32Gi"}, nil)
-		_, err := b.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		return err
-	})
+// ensureCPUNodes makes the CPU node set node-00000 … node-<n-1>, creating or deleting
+// nodes as needed. Each is scheduler_perf's default node: 4 CPU, 32Gi, 110 pods.
+func (b *bench) ensureCPUNodes(ctx context.Context, n int) error {
+	if n > b.cpuNodes {
+		from := b.cpuNodes
+		if err := fanout.Run(n-from, 16, func(i int) error {
+			node := sim.NewNode(cpuNodeName(from+i), sim.NodeShape{CPU: "4", Memory: "32Gi"}, nil)
+			_, err := b.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	if n < b.cpuNodes {
+		if err := fanout.Run(b.cpuNodes-n, 16, func(i int) error {
+			return b.kube.CoreV1().Nodes().Delete(ctx, cpuNodeName(n+i), metav1.DeleteOptions{})
+		}); err != nil {
+			return err
+		}
+	}
+	b.cpuNodes = n
+	return nil
+}
+
+func cpuNodeName(i int) string { return fmt.Sprintf("node-%05d", i) }
+
+// startScheduler runs the scheduler of a mode until stop is called; done reports its exit.
+func (b *bench) startScheduler(ctx context.Context, m mode) (stop func(), done <-chan error, err error) {
+	configFile, err := b.schedulerConfig(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	schedCtx, cancel := context.WithCancel(ctx)
+	schedDone := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		err := scheduler.Run(schedCtx, scheduler.Options{ConfigFile: configFile})
+		schedDone <- err
+		exited <- err
+	}()
+	return func() { cancel(); <-exited }, schedDone, nil
 }
 
 // run schedules one workload in one mode and returns pods bound per second.
@@ -163,16 +335,12 @@ func (b *bench) run(ctx context.Context, w workload, m mode) (float64, error) {
 	if _, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return 0, err
 	}
-	configFile, err := b.schedulerConfig(m)
+	stopScheduler, schedDone, err := b.startScheduler(ctx, m)
 	if err != nil {
 		return 0, err
 	}
-	schedCtx, stopScheduler := context.WithCancel(ctx)
-	schedDone := make(chan error, 1)
-	go func() { schedDone <- scheduler.Run(schedCtx, scheduler.Options{ConfigFile: configFile}) }()
 	defer func() {
 		stopScheduler()
-		<-schedDone
 		cleanup := time.Now()
 		_ = b.kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
 		// Let the apiserver's watch fan-out of the deletions drain before the next run.
@@ -288,7 +456,7 @@ func (b *bench) pod(ns string, m mode, name, group string) *corev1.Pod {
 	case berth:
 		p.Spec.SchedulerName = scheduler.SchedulerName
 		if group != "" {
-			p.Annotations = map[string]string{gang.GroupNameKey: group}
+			p.Annotations = map[string]string{groupNameKey: group}
 		}
 	case native:
 		if group != "" {
@@ -329,6 +497,18 @@ func (b *bench) schedulerConfig(m mode) (string, error) {
 	}
 	path := filepath.Join(dir, "config.yaml")
 	return path, os.WriteFile(path, out, 0o600)
+}
+
+// quietLogs silences klog: the apiserver and scheduler log per request at the default level
+// (and the native gang plugin an error per refused pod); a benchmark wants none of it.
+// klog copies errors to stderr even when its output is discarded (-stderrthreshold=ERROR),
+// so the threshold is raised too.
+func quietLogs() {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	must(fs.Set("logtostderr", "false"))
+	must(fs.Set("stderrthreshold", "FATAL"))
+	klog.SetOutput(io.Discard)
 }
 
 func must(err error) {
