@@ -559,12 +559,18 @@ func (b *bench) contend(ctx context.Context, c contentionOptions, n int, stream 
 	// What berth keeps free for its oldest blocked group.
 	reserved := map[string]int64{}
 	holders := map[string]bool{}
+	why := map[string]string{}
 	if m == berth {
 		pgs, err := b.vc.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return res, err
 		}
 		for _, pg := range pgs.Items {
+			for _, c := range pg.Status.Conditions {
+				if c.Type == volcanov1beta1.PodGroupUnschedulableType && c.Status == corev1.ConditionTrue {
+					why[pg.Name] = c.Message
+				}
+			}
 			raw := pg.Annotations[reservationKey]
 			if raw == "" {
 				continue
@@ -590,6 +596,12 @@ func (b *bench) contend(ctx context.Context, c contentionOptions, n int, stream 
 	if len(starved) > 0 {
 		fmt.Fprintf(os.Stderr, "  contention %d nodes/%s: waiting though their minimum fits (%d GPUs free): %s\n",
 			n, m, poolGPUs-s.usedGPUs, strings.Join(starved, "; "))
+		for _, g := range starved {
+			name, _, _ := strings.Cut(g, " ")
+			if why[name] != "" {
+				fmt.Fprintf(os.Stderr, "    %s: %s\n", name, why[name])
+			}
+		}
 	}
 	res.took = time.Since(began)
 	return res, nil

@@ -20,6 +20,9 @@ type preFilterState struct {
 	key     string // the pod's group, "" for a pod without one
 	planned string // the node the group's plan chose for the pod, "" for the full pass
 	req     placement.Resources
+	// refused: PreFilter itself refused the pod and already did what the refusal needs;
+	// PostFilter must not release the group for it.
+	refused bool
 }
 
 // Clone returns the state itself: it is never modified after PreFilter.
@@ -51,6 +54,7 @@ func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		return nil, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("ExtensionPoint", "PreFilter", "plugin", Name, "group", key)
+	state.Write(preFilterStateKey, &preFilterState{key: key, refused: true})
 	pg, req, err := g.podGroup(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %v", key, err))
@@ -82,9 +86,16 @@ func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.
 			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, msg))
 		}
 	}
+	node := out.Node(pod)
+	if node == "" && !out.MinPlaced {
+		// A pod beyond the minimum waits until the minimum is placed: held now, it would
+		// take capacity the plan did not give it and could leave a replica half held.
+		// Releasing the group puts it back in the queue.
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: pod %s is beyond the group's minimum; it waits until the minimum is placed", key, pod.Name))
+	}
 	s := &preFilterState{key: key, req: placement.PodRequests(pod)}
 	state.Write(preFilterStateKey, s)
-	if node := out.Node(pod); node != "" && placement.Narrowable(pod) {
+	if node != "" && placement.Narrowable(pod) {
 		// The fast path: the plan has already judged every node for this pod.
 		s.planned = node
 		fastPath.WithLabelValues("hit").Inc()
@@ -134,7 +145,11 @@ func (g *Gang) PostFilter(_ context.Context, state fwk.CycleState, pod *corev1.P
 	if req.Check(g.placedPods(key, nil)).OK {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	if s, err := readPreFilterState(state); err == nil && s.planned != "" {
+	s, err := readPreFilterState(state)
+	if err == nil && s.refused {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	if err == nil && s.planned != "" {
 		fastPath.WithLabelValues("stale").Inc()
 		g.model.Exclude(key, s.planned)
 		g.model.Drop(key)

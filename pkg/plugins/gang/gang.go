@@ -18,7 +18,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -52,10 +51,10 @@ type Gang struct {
 	groups map[string]*groupState
 }
 
-// groupState is the plugin's memory of one PodGroup between scheduling cycles.
+// groupState is the plugin's memory of one PodGroup between scheduling cycles; the pods
+// it holds are the placement model's.
 type groupState struct {
-	held         map[types.UID]*corev1.Pod // reserved, not yet seen bound
-	deadline     time.Time                 // when the current assembly gives up
+	deadline     time.Time // when the current assembly gives up
 	backoffUntil time.Time
 	reqVersion   string // PodGroup resourceVersion req was built from
 	req          *placement.Requirement
@@ -69,7 +68,6 @@ var (
 	_ fwk.PostFilterPlugin  = &Gang{}
 	_ fwk.ReservePlugin     = &Gang{}
 	_ fwk.PermitPlugin      = &Gang{}
-	_ fwk.PostBindPlugin    = &Gang{}
 	_ fwk.EnqueueExtensions = &Gang{}
 )
 
@@ -195,7 +193,7 @@ func (g *Gang) Name() string { return Name }
 func (g *Gang) stateLocked(key string) *groupState {
 	st := g.groups[key]
 	if st == nil {
-		st = &groupState{held: map[types.UID]*corev1.Pod{}}
+		st = &groupState{}
 		g.groups[key] = st
 	}
 	return st
@@ -224,32 +222,21 @@ func (g *Gang) podGroup(pod *corev1.Pod) (*volcanov1beta1.PodGroup, *placement.R
 // groupPods returns every live pod of the group the scheduler knows of.
 func (g *Gang) groupPods(key string) []*corev1.Pod { return g.model.GroupPods(key) }
 
-// placedPods returns the group's pods that are bound or reserved by this scheduler, plus
+// placedPods returns the group's pods that are bound or held by this scheduler, plus
 // extra (the pod in the current cycle), each once.
 func (g *Gang) placedPods(key string, extra *corev1.Pod) []*corev1.Pod {
-	all := g.groupPods(key)
-	seen := make(map[types.UID]bool, len(all))
-	var placed []*corev1.Pod
-	for _, p := range all {
-		if p.Spec.NodeName != "" {
-			placed = append(placed, p)
-			seen[p.UID] = true
+	placed, _ := g.model.Split(key, g.groupPods(key))
+	out := make([]*corev1.Pod, 0, len(placed)+1)
+	for _, p := range placed {
+		if extra != nil && p.Pod.UID == extra.UID {
+			extra = nil
 		}
+		out = append(out, p.Pod)
 	}
-	g.mu.Lock()
-	if st := g.groups[key]; st != nil {
-		for uid, p := range st.held {
-			if !seen[uid] {
-				placed = append(placed, p)
-				seen[uid] = true
-			}
-		}
+	if extra != nil {
+		out = append(out, extra)
 	}
-	g.mu.Unlock()
-	if extra != nil && !seen[extra.UID] {
-		placed = append(placed, extra)
-	}
-	return placed
+	return out
 }
 
 // forgetIfGone drops what the plugin and the model remember of a group once no pod of it
@@ -261,8 +248,6 @@ func (g *Gang) forgetIfGone(pod *corev1.Pod) {
 	}
 	g.model.Forget(key)
 	g.mu.Lock()
-	if st := g.groups[key]; st != nil && len(st.held) == 0 {
-		delete(g.groups, key)
-	}
+	delete(g.groups, key)
 	g.mu.Unlock()
 }

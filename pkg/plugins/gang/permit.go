@@ -20,11 +20,6 @@ func (g *Gang) Reserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, nod
 	if key == "" {
 		return nil
 	}
-	held := pod.DeepCopy()
-	held.Spec.NodeName = nodeName
-	g.mu.Lock()
-	g.stateLocked(key).held[pod.UID] = held
-	g.mu.Unlock()
 	g.model.Reserve(pod, nodeName)
 	return nil
 }
@@ -39,7 +34,6 @@ func (g *Gang) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _
 	g.model.Unreserve(pod)
 	g.mu.Lock()
 	st := g.stateLocked(key)
-	delete(st.held, pod.UID)
 	timedOut := !st.deadline.IsZero() && !time.Now().Before(st.deadline)
 	g.mu.Unlock()
 
@@ -79,19 +73,6 @@ func (g *Gang) Permit(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ st
 	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for gang %s", key)), wait
 }
 
-// PostBind forgets a bound pod: from now on the informer reports it.
-func (g *Gang) PostBind(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {
-	key := placement.GroupKey(pod)
-	if key == "" {
-		return
-	}
-	g.mu.Lock()
-	if st := g.groups[key]; st != nil {
-		delete(st.held, pod.UID)
-	}
-	g.mu.Unlock()
-}
-
 // allowGroup releases every held sibling to bind.
 func (g *Gang) allowGroup(pg *volcanov1beta1.PodGroup, key string) {
 	g.mu.Lock()
@@ -105,6 +86,8 @@ func (g *Gang) allowGroup(pg *volcanov1beta1.PodGroup, key string) {
 	})
 	g.status.scheduled(pg)
 	gangsScheduled.Inc()
+	// Pods beyond the minimum waited for this moment; they go now.
+	g.activate(key)
 }
 
 // rejectGroup releases every held sibling, drops the group's plan, starts the backoff and

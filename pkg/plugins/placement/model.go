@@ -393,6 +393,8 @@ type Outcome struct {
 	Refusal string
 	// Stale: the plan in force no longer held for this pod and was made again.
 	Stale bool
+	// MinPlaced: the group's minimum is already bound or held; the pod is an extra.
+	MinPlaced bool
 	// Reservation is set when the refused group is the one capacity is kept for.
 	Reservation *Plan
 }
@@ -433,6 +435,11 @@ func (m *Model) PlanFor(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req *Requi
 		placedPods = append(placedPods, pp.Pod)
 	}
 	minMet := req.Check(placedPods).OK
+	out.MinPlaced = minMet
+	if p != nil && !p.Reservation && !out.Stale && !minMet && req.Check(append(placedPods, planPods(all, p)...)).OK {
+		out.Plan = p // the plan still completes the minimum; this pod is not part of it
+		return out, nil
+	}
 	if p != nil && !p.Reservation && !out.Stale && minMet {
 		out.Plan = p // an extra pod: it goes wherever fits, inside the group's domain
 		return out, nil
@@ -499,18 +506,29 @@ func (m *Model) plan(r *Request, req *Requirement, minMet bool) (*Plan, string, 
 				anywhere, _, _ := PlaceAnywhere(r, stop)
 				p.Nodes, p.requests = anywhere.Nodes, anywhere.requests
 			}
-			if !minMet && !req.Check(append(placedPods, plannedPods(r, p)...)).OK {
+			if v := req.Check(append(placedPods, plannedPods(r, p)...)); !minMet && !v.OK {
 				_, miss, sim := PlaceAnywhere(r, stop)
-				return nil, explain(req, r.Units, plannedUnits(r, p), miss, sim, len(placedPods)+len(p.Nodes)), nil
+				return nil, explain(req, r.Units, plannedUnits(r, p), miss, sim, len(placedPods)+len(p.Nodes), v.Reason), nil
 			}
 			return p, "", nil
 		}
 	}
 	p, miss, sim := PlaceAnywhere(r, stop)
-	if !minMet && !req.Check(append(placedPods, plannedPods(r, p)...)).OK {
-		return nil, explain(req, r.Units, plannedUnits(r, p), miss, sim, len(placedPods)+len(p.Nodes)), nil
+	if v := req.Check(append(placedPods, plannedPods(r, p)...)); !minMet && !v.OK {
+		return nil, explain(req, r.Units, plannedUnits(r, p), miss, sim, len(placedPods)+len(p.Nodes), v.Reason), nil
 	}
 	return p, "", nil
+}
+
+// planPods are the pods of all that the plan gives a node.
+func planPods(all []*corev1.Pod, p *Plan) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, pod := range all {
+		if _, ok := p.Nodes[pod.UID]; ok {
+			out = append(out, pod)
+		}
+	}
+	return out
 }
 
 func plannedPods(r *Request, p *Plan) []*corev1.Pod {

@@ -373,3 +373,34 @@ func TestReservationWaitsReserveAfter(t *testing.T) {
 	w.m.SetReserveAfter(-1)
 	assert.Nil(t, w.plan(pg, pods[0]).Reservation, "negative turns keeping capacity off")
 }
+
+func TestAPodBeyondTheMinimumIsNotPlannedBeforeIt(t *testing.T) {
+	// server 1 replica (min 1) and prefill 2 replicas of entry + worker (min 1): prefill-1
+	// sorts before server-0 in the queue, but it is beyond the minimum.
+	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g"}}
+	pg.Spec.MinTaskMember = map[string]int32{"server-0": 1, "prefill-0": 2}
+	pg.Spec.MinMember = 3
+	pg.Spec.SubGroupPolicy = []volcanov1beta1.SubGroupPolicySpec{{Name: "prefill", SubGroupSize: ptr.To[int32](2), MinSubGroups: ptr.To[int32](0),
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{RoleLabel: "prefill"}}, MatchLabelKeys: []string{roleIDLabel}}}
+	pods := []*corev1.Pod{gangPod("g", "server", 0, 0, 1),
+		gangPod("g", "prefill", 0, 0, 1), gangPod("g", "prefill", 0, 1, 1),
+		gangPod("g", "prefill", 1, 0, 1), gangPod("g", "prefill", 1, 1, 1)}
+	w := newWorld(t, 8, 8, 8, 8)
+	w.add(pods...)
+	out := w.plan(pg, pods[1])
+	require.NotNil(t, out.Plan)
+	assert.Len(t, out.Plan.Nodes, 3, "the minimum: server-0 and prefill-0")
+	w.m.Reserve(pods[1], out.Node(pods[1]))
+	w.m.Reserve(pods[2], out.Node(pods[2]))
+
+	extra := w.plan(pg, pods[3])
+	assert.False(t, extra.MinPlaced)
+	assert.Empty(t, extra.Node(pods[3]), "prefill-1 waits for the minimum")
+	assert.Equal(t, out.Plan, extra.Plan, "and the plan stands")
+
+	w.m.Reserve(pods[0], out.Node(pods[0]))
+	extra = w.plan(pg, pods[3])
+	assert.True(t, extra.MinPlaced, "with the minimum held, prefill-1 is an extra")
+	assert.NotEmpty(t, extra.Node(pods[3]))
+	assert.NotEmpty(t, extra.Node(pods[4]), "the extra replica is planned whole")
+}

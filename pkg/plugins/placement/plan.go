@@ -158,7 +158,7 @@ func weight(u *PendingUnit) float64 {
 
 // explain turns a failed planning into one sentence, e.g. "decode needs 2 complete
 // replicas, 1 fits: 0/16 nodes its pods may use have 8 free nvidia.com/gpu".
-func explain(req *Requirement, units []PendingUnit, placed map[string]bool, miss *PendingUnit, sim *Simulation, chosen int) string {
+func explain(req *Requirement, units []PendingUnit, placed map[string]bool, miss *PendingUnit, sim *Simulation, chosen int, rule string) string {
 	need, fit := map[string]int{}, map[string]int{}
 	for i := range units {
 		u := &units[i]
@@ -193,6 +193,9 @@ func explain(req *Requirement, units []PendingUnit, placed map[string]bool, miss
 		return msg
 	}
 	msg := fmt.Sprintf("the group needs %d pods placed together, %d fit", req.Members(), chosen)
+	if chosen >= req.Members() && rule != "" {
+		msg += " (" + rule + ")"
+	}
 	if scarce != "" {
 		msg += ": " + scarce
 	}

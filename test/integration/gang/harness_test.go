@@ -24,7 +24,6 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
-	"github.com/berth-sh/berth/pkg/plugins/gang"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -40,6 +39,13 @@ const (
 	labelRoleID = "modelserving.volcano.sh/role-id"
 	labelEntry  = "modelserving.volcano.sh/entry"
 	gpu         = corev1.ResourceName("nvidia.com/gpu")
+)
+
+// Pod annotations that tie a pod to its gang: Volcano's own keys, spelled out here so the
+// tests depend on the contract rather than on a plugin's exported names.
+const (
+	groupNameKey = volcanov1beta1.KubeGroupNameAnnotationKey // scheduling.k8s.io/group-name
+	taskSpecKey  = "volcano.sh/task-spec"
 )
 
 var worldCount atomic.Int32
@@ -152,9 +158,21 @@ func (w *world) startScheduler(waitSeconds, backoffSeconds int64) (stop func()) 
 // there is no kubelet, and no pod ever runs.
 func (w *world) addNode(name string, gpus int64, cpu string) {
 	w.t.Helper()
-	node := sim.NewNode(w.ns+"-"+name, sim.NodeShape{CPU: cpu, Memory: "512Gi", GPUs: gpus}, map[string]string{"berth.test/owner": w.ns})
+	w.addNodeWith(name, gpus, cpu, nil, nil)
+}
+
+// addNodeWith registers a node with extra labels and taints and returns its full name.
+func (w *world) addNodeWith(name string, gpus int64, cpu string, labels map[string]string, taints []corev1.Taint) string {
+	w.t.Helper()
+	all := map[string]string{"berth.test/owner": w.ns}
+	for k, v := range labels {
+		all[k] = v
+	}
+	node := sim.NewNode(w.ns+"-"+name, sim.NodeShape{CPU: cpu, Memory: "512Gi", GPUs: gpus}, all)
+	node.Spec.Taints = taints
 	_, err := w.kube.CoreV1().Nodes().Create(w.ctx, node, metav1.CreateOptions{})
 	require.NoError(w.t, err)
+	return node.Name
 }
 
 // role describes one role of a serving group: replicas of an entry pod and workers.
@@ -164,6 +182,9 @@ type role struct {
 	workers  int
 	gpus     int64
 	cpu      string
+	// nodeSelector and tolerations go on every pod of the role (a selected, tainted pool).
+	nodeSelector map[string]string
+	tolerations  []corev1.Toleration
 }
 
 // createGang writes what berth-controller writes for one ServingGroup (DESIGN.md's
@@ -232,11 +253,13 @@ func (w *world) gangPod(group string, r role, task string, k int) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: w.ns, Name: name, Labels: labels,
-			Annotations: map[string]string{gang.GroupNameKey: group, gang.TaskSpecKey: task},
+			Annotations: map[string]string{groupNameKey: group, taskSpecKey: task},
 		},
 		Spec: corev1.PodSpec{
 			SchedulerName:   scheduler.SchedulerName,
 			SchedulingGates: gates,
+			NodeSelector:    r.nodeSelector,
+			Tolerations:     r.tolerations,
 			Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
 				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limitsOf(requests)}}},
 		},
