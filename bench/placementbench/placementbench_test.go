@@ -43,9 +43,9 @@ func TestParseWeightsRejectsBadInput(t *testing.T) {
 func TestLedgerCountsDomainsOverMultiPodGroups(t *testing.T) {
 	f := newFabric(2, 2, 2, 8) // gpu-0..7: leaf = n/2, spine = n/4
 	l := newLedger(f)
-	l.add(groupSpec{pods: 1, gpus: 8}, []string{"gpu-0"})                               // single pod: not counted
-	l.add(groupSpec{pods: 2, gpus: 2}, []string{"gpu-2", "gpu-3"})                // one leaf
-	l.add(groupSpec{pods: 2, gpus: 2}, []string{"gpu-2", "gpu-1"})                // two leaves, one spine
+	l.add(groupSpec{pods: 1, gpus: 8}, []string{"gpu-0"})                   // single pod: not counted
+	l.add(groupSpec{pods: 2, gpus: 2}, []string{"gpu-2", "gpu-3"})          // one leaf
+	l.add(groupSpec{pods: 2, gpus: 2}, []string{"gpu-2", "gpu-1"})          // two leaves, one spine
 	l.add(groupSpec{pods: 3, gpus: 1}, []string{"gpu-3", "gpu-4", "gpu-4"}) // two spines
 	if got, want := l.spread(), (spread{multiPod: 3, oneLeaf: 1, manySpines: 1}); got != want {
 		t.Errorf("spread = %+v, want %+v", got, want)
