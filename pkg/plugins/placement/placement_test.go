@@ -404,3 +404,15 @@ func TestAPodBeyondTheMinimumIsNotPlannedBeforeIt(t *testing.T) {
 	assert.NotEmpty(t, extra.Node(pods[3]))
 	assert.NotEmpty(t, extra.Node(pods[4]), "the extra replica is planned whole")
 }
+
+func TestPodsWithInterPodAffinityOrHostPortsTakeTheFullPass(t *testing.T) {
+	pod := gangPod("g", "decode", 0, 0, 1)
+	assert.True(t, Narrowable(pod))
+	anti := pod.DeepCopy()
+	anti.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{TopologyKey: "kubernetes.io/hostname"}}}}
+	assert.False(t, Narrowable(anti), "the plan does not model inter-pod anti-affinity")
+	port := pod.DeepCopy()
+	port.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8000, HostPort: 8000}}
+	assert.False(t, Narrowable(port))
+}
