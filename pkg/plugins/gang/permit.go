@@ -134,13 +134,13 @@ func (g *Gang) activateIfComplete(pod *corev1.Pod) {
 	}
 }
 
-// activate puts the group's pending pods back in the active queue.
+// activate puts the group's pending pods back in the active queue; pods held in Permit
+// are in flight, not in a queue, and are left alone.
 func (g *Gang) activate(key string) {
-	pods := map[string]*corev1.Pod{}
-	for _, p := range g.groupPods(key) {
-		if p.Spec.NodeName == "" {
-			pods[p.Namespace+"/"+p.Name] = p
-		}
+	_, pending := g.model.Split(key, g.groupPods(key))
+	pods := make(map[string]*corev1.Pod, len(pending))
+	for _, p := range pending {
+		pods[p.Namespace+"/"+p.Name] = p
 	}
 	if len(pods) > 0 {
 		g.handle.Activate(klog.Background(), pods)
