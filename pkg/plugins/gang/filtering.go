@@ -78,9 +78,9 @@ func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		g.rejectGroup(pg, key, reasonNotEnoughResources, out.Refusal)
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, out.Refusal))
 	}
-	if pg.Spec.MinResources != nil && len(g.placedPods(key, nil)) == 0 {
-		// Volcano's pre-check: the declared minimum must fit the cluster's free total,
-		// even when the pods ask for less.
+	if pg.Spec.MinResources != nil && out.NewAttempt {
+		// Volcano's pre-check, once per attempt (not per pod): the declared minimum must
+		// fit the cluster's free total, even when the pods ask for less.
 		if msg := checkMinResources(*pg.Spec.MinResources, g.model.Pool(key)); msg != "" {
 			g.rejectGroup(pg, key, reasonNotEnoughResources, msg)
 			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, msg))

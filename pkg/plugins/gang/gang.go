@@ -37,9 +37,9 @@ const (
 	TaskSpecKey  = placement.TaskSpecKey
 )
 
-// Gang implements the gang plugin. Its state is, per group, the pods it holds in Permit,
-// the wait deadline and the backoff; plans live in the profile's placement model and
-// everything else is read from informers.
+// Gang implements the gang plugin. Its state is, per group, the wait deadline and the
+// backoff; plans and held pods live in the profile's placement model, and everything else
+// is read from informers.
 type Gang struct {
 	handle   fwk.Handle
 	args     *Args
@@ -133,9 +133,6 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 			if !ok1 || !ok2 {
 				return
 			}
-			if o.Spec.NodeName == "" && n.Spec.NodeName != "" {
-				g.model.Bound(n)
-			}
 			// The PodGroup counts running, succeeded and failed pods: keep them current.
 			if o.Status.Phase != n.Status.Phase {
 				if key := placement.GroupKey(n); key != "" {
@@ -143,7 +140,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 				}
 			}
 		},
-		// A group whose pods are all gone leaves nothing behind: no plan, no kept capacity.
+		// A group whose pods are all gone leaves no state behind.
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
@@ -239,14 +236,13 @@ func (g *Gang) placedPods(key string, extra *corev1.Pod) []*corev1.Pod {
 	return out
 }
 
-// forgetIfGone drops what the plugin and the model remember of a group once no pod of it
-// is left.
+// forgetIfGone drops what the plugin remembers of a group once no pod of it is left (the
+// model forgets its part by itself).
 func (g *Gang) forgetIfGone(pod *corev1.Pod) {
 	key := placement.GroupKey(pod)
 	if key == "" || len(g.groupPods(key)) > 0 {
 		return
 	}
-	g.model.Forget(key)
 	g.mu.Lock()
 	delete(g.groups, key)
 	g.mu.Unlock()

@@ -64,9 +64,33 @@ func NewModel(handle fwk.Handle) (*Model, error) {
 	if err := EnsureGroupIndex(podInformer); err != nil {
 		return nil, fmt.Errorf("placement: index pods by group: %w", err)
 	}
-	return newModel(podInformer.GetIndexer(), func() NodeSource {
+	m := newModel(podInformer.GetIndexer(), func() NodeSource {
 		return SnapshotSource(handle.SnapshotSharedLister().NodeInfos())
-	}), nil
+	})
+	// The model keeps a held pod until the informer shows it bound, so no moment passes in
+	// which it is neither; and a group whose pods are all gone leaves nothing behind.
+	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Pod)
+			n, ok2 := newObj.(*corev1.Pod)
+			if ok1 && ok2 && o.Spec.NodeName == "" && n.Spec.NodeName != "" {
+				m.Unreserve(n)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				if key := GroupKey(pod); key != "" && len(m.GroupPods(key)) == 0 {
+					m.Forget(key)
+				}
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("placement: watch pods: %w", err)
+	}
+	return m, nil
 }
 
 func newModel(pods cache.Indexer, nodes func() NodeSource) *Model {
@@ -345,9 +369,6 @@ func (m *Model) Unreserve(pod *corev1.Pod) {
 	m.mu.Unlock()
 }
 
-// Bound forgets a held pod once the informer shows it bound.
-func (m *Model) Bound(pod *corev1.Pod) { m.Unreserve(pod) }
-
 // Held lists the pods held for the group, or for every group when key is "".
 func (m *Model) Held(key string) []PlacedPod {
 	m.mu.Lock()
@@ -395,6 +416,8 @@ type Outcome struct {
 	Stale bool
 	// MinPlaced: the group's minimum is already bound or held; the pod is an extra.
 	MinPlaced bool
+	// NewAttempt: the plan was made in this cycle for a group with nothing placed.
+	NewAttempt bool
 	// Reservation is set when the refused group is the one capacity is kept for.
 	Reservation *Plan
 }
@@ -472,7 +495,7 @@ func (m *Model) PlanFor(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req *Requi
 		if wasBlocked || !minMet {
 			plansMade.WithLabelValues("planned").Inc()
 		}
-		out.Plan = p
+		out.Plan, out.NewAttempt = p, len(placed) == 0
 		return out, nil
 	}
 	plansMade.WithLabelValues("refused").Inc()
@@ -532,15 +555,11 @@ func planPods(all []*corev1.Pod, p *Plan) []*corev1.Pod {
 }
 
 func plannedPods(r *Request, p *Plan) []*corev1.Pod {
-	var out []*corev1.Pod
+	var pods []*corev1.Pod
 	for i := range r.Units {
-		for _, pod := range r.Units[i].Pods {
-			if _, ok := p.Nodes[pod.UID]; ok {
-				out = append(out, pod)
-			}
-		}
+		pods = append(pods, r.Units[i].Pods...)
 	}
-	return out
+	return planPods(pods, p)
 }
 
 func plannedUnits(r *Request, p *Plan) map[string]bool {
