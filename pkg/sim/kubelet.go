@@ -29,6 +29,11 @@ type Kubelet struct {
 
 	mu      sync.Mutex
 	started map[string]bool // pod UIDs already being started
+
+	// BeforeReady, when set, is called with a pod that has its IP, just before the kubelet
+	// reports it Running and Ready: the simulated engines start there, so an engine
+	// listens before anything routes to its pod. Set it before Run.
+	BeforeReady func(ctx context.Context, p *corev1.Pod)
 }
 
 // NewKubelet returns a simulated kubelet; call Run to start it.
@@ -107,6 +112,9 @@ func (k *Kubelet) markRunning(ctx context.Context, ns, name string, uid any) err
 				Name: c.Name, Image: c.Image, Ready: true, Started: ptrTo(true),
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 			})
+		}
+		if k.BeforeReady != nil {
+			k.BeforeReady(ctx, p)
 		}
 		return true
 	})

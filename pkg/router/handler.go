@@ -1,0 +1,351 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+
+	"github.com/berth-sh/berth/pkg/router/match"
+	"github.com/berth-sh/berth/pkg/router/pick"
+	"github.com/berth-sh/berth/pkg/router/proxy"
+	"github.com/berth-sh/berth/pkg/router/ratelimit"
+	"github.com/berth-sh/berth/pkg/router/request"
+	"github.com/berth-sh/berth/pkg/router/view"
+)
+
+// dialRetries is how many extra attempts a request gets when an endpoint refuses the
+// connection, whatever the retry policy: the request never reached an engine, so trying
+// another cannot run it twice, and it is what a pod that just went away looks like.
+const dialRetries = 2
+
+// exchange is one request's journey, for the log line and metrics at its end.
+type exchange struct {
+	start    time.Time
+	route    string
+	model    string
+	server   string
+	endpoint string
+	status   int
+	attempts int
+	reason   string
+}
+
+func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
+	r.metrics.inflight.Inc()
+	defer r.metrics.inflight.Dec()
+	x := &exchange{start: time.Now()}
+	defer r.finish(x)
+	fail := func(status int, code, param, msg string) {
+		x.status, x.reason = status, msg
+		writeError(w, status, code, param, msg)
+	}
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		fail(http.StatusMethodNotAllowed, "method_not_allowed", "", req.Method+" is not allowed; send POST")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			fail(http.StatusRequestEntityTooLarge, "request_too_large", "", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+			return
+		}
+		fail(http.StatusBadRequest, "invalid_request", "", "reading the request body: "+err.Error())
+		return
+	}
+	in, err := request.Parse(request.KindOf(req.URL.Path), body)
+	if err != nil {
+		var perr *request.Error
+		errors.As(err, &perr)
+		fail(http.StatusBadRequest, "invalid_request", perr.Param, perr.Message)
+		return
+	}
+	x.model = in.Model
+
+	snap := r.view.Snapshot()
+	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header}, r.uniform)
+	if res.Route != nil {
+		x.route = res.Route.Namespace + "/" + res.Route.Name
+	}
+	switch {
+	case errors.Is(err, match.ErrNoRoute):
+		fail(http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("The model `%s` does not exist: no ModelRoute serves it.", in.Model))
+		return
+	case errors.Is(err, match.ErrNoRule):
+		fail(http.StatusNotFound, "route_not_found", "", err.Error())
+		return
+	case err != nil:
+		fail(http.StatusServiceUnavailable, "no_target", "", err.Error())
+		return
+	}
+	rl := res.Route.Spec.RateLimit
+	limits, err := ratelimit.LimitsFrom(rl)
+	if err != nil {
+		fail(http.StatusInternalServerError, "invalid_route", "", fmt.Sprintf("ModelRoute %s: rateLimit: %v", x.route, err))
+		return
+	}
+	var limiter ratelimit.Limiter
+	if !limits.Unlimited() {
+		limiter = r.limiterFor(rl)
+		d, err := limiter.Admit(req.Context(), x.route, limits, in.EstimatedInputTokens())
+		if err != nil {
+			r.metrics.limiterErrs.Inc()
+			r.log.Error(err, "rate limiter failed; letting the request through", "route", x.route)
+		}
+		if !d.Allowed {
+			r.metrics.rateLimited.WithLabelValues(x.route).Inc()
+			w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfterSeconds(), 10))
+			fail(http.StatusTooManyRequests, "rate_limit_exceeded", "", fmt.Sprintf("ModelRoute %s rate limit: %s", x.route, d.Reason))
+			return
+		}
+	}
+
+	server := snap.Server(res.Route.Namespace, res.Target)
+	x.server = res.Route.Namespace + "/" + res.Target
+	if server == nil {
+		fail(http.StatusServiceUnavailable, "model_server_not_found", "", fmt.Sprintf("ModelRoute %s rule %s sends to ModelServer %s, which does not exist", x.route, res.RuleName, x.server))
+		return
+	}
+	if server.Model != "" && !res.Adapter && in.Model != server.Model {
+		if body, err = request.Rewrite(body, map[string]any{"model": server.Model}); err != nil {
+			fail(http.StatusBadRequest, "invalid_request", "", err.Error())
+			return
+		}
+	}
+	ctx := req.Context()
+	if server.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, server.Timeout)
+		defer cancel()
+	}
+	preq := &pick.Request{Model: in.Model, Adapter: res.Adapter, Prefix: pick.HashPrompt(in.Prompt)}
+	relayed, ok := r.forward(ctx, w, req, x, server, preq, body)
+	if !ok {
+		return
+	}
+	if limiter != nil && relayed.OutputTokens > 0 {
+		// The client's request is over; charging must not depend on its context.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), 2*time.Second)
+		if err := limiter.ChargeOutput(cctx, x.route, limits, relayed.OutputTokens); err != nil {
+			r.metrics.limiterErrs.Inc()
+			r.log.Error(err, "charging output tokens failed", "route", x.route)
+		}
+		cancel()
+	}
+}
+
+func (r *Router) limiterFor(rl *networkingv1alpha1.RateLimit) ratelimit.Limiter {
+	if addr := ratelimit.RedisAddress(rl); addr != "" {
+		if l, err := r.redis.Limiter(addr); err == nil {
+			return l
+		} else {
+			r.log.Error(err, "global rate limit unavailable; using this replica's local limit", "redis", addr)
+		}
+	}
+	return r.local
+}
+
+// forward sends the request to an endpoint of server, retrying on others while nothing has
+// reached the client, and relays the answer. ok is false when the client got an error.
+func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.Request, x *exchange, server *view.Server,
+	preq *pick.Request, body []byte) (relayed proxy.Relayed, ok bool) {
+	tried := map[string]bool{}
+	policyAttempts, freeRetries := 1+server.RetryAttempts, dialRetries
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		x.attempts = attempt
+		target, ends, err := r.choose(server, preq, tried)
+		if err != nil {
+			msg := err.Error()
+			if lastErr != nil {
+				msg = fmt.Sprintf("%s; last attempt: %v", msg, lastErr)
+			}
+			x.status, x.reason = http.StatusServiceUnavailable, msg
+			writeError(w, x.status, "no_endpoint", "", msg)
+			return relayed, false
+		}
+		x.endpoint = target.name
+		sent := time.Now()
+		var resp *http.Response
+		if server.Disaggregated() {
+			resp, err = r.proxy.Disaggregated(ctx, server.Connector, req.URL.Path, req.Header, body, target.pd)
+		} else {
+			resp, err = r.proxy.Send(ctx, target.url, req.URL.Path, req.Header, nil, body)
+		}
+		dialFailed := err != nil && proxy.DialFailed(err)
+		canRetry := attempt < policyAttempts || (dialFailed && freeRetries > 0)
+		if (err == nil && !proxy.Retryable(ctx, resp, nil)) || !canRetry || !proxy.Retryable(ctx, resp, err) {
+			if err != nil {
+				ends(math.NaN())
+				status, code := http.StatusBadGateway, "upstream_error"
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					status, code = http.StatusGatewayTimeout, "timeout"
+					err = fmt.Errorf("%s did not answer within its timeout %s", server, server.Timeout)
+				} else if req.Context().Err() != nil {
+					status, err = 499, errors.New("the client went away")
+				}
+				x.status, x.reason = status, fmt.Sprintf("%s endpoint %s: %v", server, target.name, err)
+				if status != 499 {
+					writeError(w, status, code, "", x.reason)
+				}
+				return relayed, false
+			}
+			w.Header().Set("X-Berth-Endpoint", target.name)
+			relayed = proxy.Relay(w, resp)
+			ttft := math.NaN()
+			if !relayed.FirstByte.IsZero() {
+				ttft = relayed.FirstByte.Sub(sent).Seconds()
+				r.metrics.ttft.WithLabelValues(x.route, x.model).Observe(relayed.FirstByte.Sub(x.start).Seconds())
+			}
+			ends(ttft)
+			x.status = relayed.Status
+			if relayed.Err != nil {
+				x.reason = relayed.Err.Error()
+			}
+			return relayed, relayed.Status/100 == 2
+		}
+		// Retry on another endpoint: nothing reached the client yet.
+		ends(math.NaN())
+		reason := "transport"
+		if err == nil {
+			reason = strconv.Itoa(resp.StatusCode)
+			lastErr = fmt.Errorf("endpoint %s answered %s", target.name, resp.Status)
+			proxy.Discard(resp)
+		} else {
+			lastErr = fmt.Errorf("endpoint %s: %w", target.name, err)
+		}
+		if attempt >= policyAttempts {
+			freeRetries--
+		}
+		r.metrics.retries.WithLabelValues(x.server, reason).Inc()
+		r.log.V(1).Info("retrying on another endpoint", "server", x.server, "failed", target.name, "reason", lastErr.Error(), "attempt", attempt)
+		for _, a := range target.addrs {
+			tried[a] = true
+		}
+		if attempt < policyAttempts && server.RetryInterval > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(server.RetryInterval):
+			}
+		}
+	}
+}
+
+// target is where one attempt goes.
+type target struct {
+	name  string // for logs and the X-Berth-Endpoint header
+	url   string // whole-request endpoint
+	pd    proxy.PDTarget
+	addrs []string // every address used (excluded on retry)
+}
+
+// choose picks an endpoint (or a prefill/decode pair in one PD group) not yet tried.
+func (r *Router) choose(server *view.Server, preq *pick.Request, tried map[string]bool) (target, func(float64), error) {
+	stats := r.scraper.Stats
+	if !server.Disaggregated() {
+		cands := r.picker.Candidates(server.Endpoints, stats, tried)
+		i := r.picker.Pick(preq, cands)
+		if i < 0 {
+			return target{}, nil, fmt.Errorf("%s has no Ready endpoint left to try (%d Ready, %d tried)", server, len(server.Endpoints), len(tried))
+		}
+		e := cands[i].Endpoint
+		r.metrics.picks.WithLabelValues(server.Namespace+"/"+server.Name, e.Pod, string(e.Role)).Inc()
+		return target{name: e.Name(), url: e.URL(), addrs: []string{e.Address}}, r.picker.Begin(preq, e.Address), nil
+	}
+	// Prefill first: its prefix cache is what a shared prompt reuses. Then a decode
+	// endpoint of the same PD group; a prefill whose group has no decode left is skipped.
+	excluded := maps(tried)
+	for {
+		pc := r.picker.Candidates(server.Prefill, stats, excluded)
+		i := r.picker.Pick(preq, pc)
+		if i < 0 {
+			return target{}, nil, fmt.Errorf("%s has no prefill/decode pair left to try (%d prefill, %d decode Ready)", server, len(server.Prefill), len(server.Decode))
+		}
+		p := pc[i].Endpoint
+		var group []*view.Endpoint
+		for _, d := range server.Decode {
+			if d.Group == p.Group {
+				group = append(group, d)
+			}
+		}
+		dc := r.picker.Candidates(group, stats, tried)
+		j := r.picker.Pick(&pick.Request{Model: preq.Model, Adapter: preq.Adapter}, dc)
+		if j < 0 {
+			excluded[p.Address] = true
+			continue
+		}
+		d := dc[j].Endpoint
+		srv := server.Namespace + "/" + server.Name
+		r.metrics.picks.WithLabelValues(srv, p.Pod, string(p.Role)).Inc()
+		r.metrics.picks.WithLabelValues(srv, d.Pod, string(d.Role)).Inc()
+		endP, endD := r.picker.Begin(preq, p.Address), r.picker.Begin(&pick.Request{}, d.Address)
+		return target{
+				name:  p.Name() + "+" + d.Name(),
+				pd:    proxy.PDTarget{PrefillURL: p.URL(), DecodeURL: d.URL(), PrefillAddress: p.Address},
+				addrs: []string{p.Address, d.Address},
+			}, func(ttft float64) {
+				endP(math.NaN())
+				endD(ttft)
+			}, nil
+	}
+}
+
+func maps(m map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// finish logs and counts a finished request.
+func (r *Router) finish(x *exchange) {
+	status := strconv.Itoa(x.status)
+	r.metrics.requests.WithLabelValues(x.route, x.model, status).Inc()
+	if x.status/100 == 2 {
+		r.metrics.duration.WithLabelValues(x.route, x.model).Observe(time.Since(x.start).Seconds())
+	}
+	log := r.log.V(1)
+	if x.status >= 500 || x.reason != "" {
+		log = r.log
+	}
+	logRequest(log, x)
+}
+
+func logRequest(log logr.Logger, x *exchange) {
+	kv := []any{"status", x.status, "model", x.model, "route", x.route, "server", x.server, "endpoint", x.endpoint,
+		"attempts", x.attempts, "duration", time.Since(x.start).Round(time.Microsecond).String()}
+	if x.reason != "" {
+		kv = append(kv, "reason", x.reason)
+	}
+	log.Info("request", kv...)
+}
+
+// serveModels lists the models the routes serve, in OpenAI's format.
+func (r *Router) serveModels(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, m := range r.view.Snapshot().Routes.Models() {
+		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "berth"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}

@@ -1,0 +1,133 @@
+package match
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+)
+
+func s(v string) *string { return &v }
+func w(v uint32) *uint32 { return &v }
+
+func target(name string, weight *uint32) []networkingv1alpha1.TargetModel {
+	return []networkingv1alpha1.TargetModel{{ModelServerName: name, Weight: weight}}
+}
+
+func mr(name string, age time.Duration, spec networkingv1alpha1.ModelRouteSpec) *networkingv1alpha1.ModelRoute {
+	return &networkingv1alpha1.ModelRoute{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, CreationTimestamp: metav1.NewTime(time.Unix(1e9, 0).Add(-age))},
+		Spec:       spec,
+	}
+}
+
+func first(uint64) uint64 { return 0 }
+
+func TestRuleKinds(t *testing.T) {
+	routes := []*networkingv1alpha1.ModelRoute{mr("r", 0, networkingv1alpha1.ModelRouteSpec{
+		ModelName:    "llama",
+		LoraAdapters: []string{"sql-lora"},
+		Rules: []networkingv1alpha1.Rule{
+			{Name: "header-exact", ModelMatch: &networkingv1alpha1.ModelMatch{Headers: map[string]networkingv1alpha1.StringMatch{"x-tier": {Exact: s("gold")}}}, TargetModels: target("gold", nil)},
+			{Name: "header-regex", ModelMatch: &networkingv1alpha1.ModelMatch{Headers: map[string]networkingv1alpha1.StringMatch{"X-User": {Regex: s("^team-[0-9]+$")}}}, TargetModels: target("teams", nil)},
+			{Name: "uri-prefix", ModelMatch: &networkingv1alpha1.ModelMatch{URI: &networkingv1alpha1.StringMatch{Prefix: s("/v1/completions")}}, TargetModels: target("legacy", nil)},
+			{Name: "body-lora", ModelMatch: &networkingv1alpha1.ModelMatch{Body: &networkingv1alpha1.BodyMatch{Model: s("sql-lora")}}, TargetModels: target("lora", nil)},
+			{Name: "uri-exact", ModelMatch: &networkingv1alpha1.ModelMatch{URI: &networkingv1alpha1.StringMatch{Exact: s("/v1/chat/completions")}}, TargetModels: target("chat", nil)},
+		},
+	})}
+	table, errs := NewTable(routes)
+	require.Empty(t, errs)
+	for _, tc := range []struct {
+		name    string
+		in      Input
+		target  string
+		adapter bool
+		err     error
+	}{
+		{"exact header wins first", Input{Model: "llama", Path: "/v1/chat/completions", Header: http.Header{"X-Tier": {"gold"}}}, "gold", false, nil},
+		{"header regex", Input{Model: "llama", Path: "/v1/chat/completions", Header: http.Header{"X-User": {"team-42"}}}, "teams", false, nil},
+		{"header regex miss falls through", Input{Model: "llama", Path: "/v1/chat/completions", Header: http.Header{"X-User": {"team-x"}}}, "chat", false, nil},
+		{"uri prefix", Input{Model: "llama", Path: "/v1/completions"}, "legacy", false, nil},
+		{"lora by body", Input{Model: "sql-lora", Path: "/v1/chat/completions"}, "lora", true, nil},
+		{"uri exact", Input{Model: "llama", Path: "/v1/chat/completions"}, "chat", false, nil},
+		{"no rule", Input{Model: "llama", Path: "/v2/other"}, "", false, ErrNoRule},
+		{"no route", Input{Model: "mistral", Path: "/v1/chat/completions"}, "", false, ErrNoRoute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := table.Match(tc.in, first)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.target, res.Target)
+			assert.Equal(t, tc.adapter, res.Adapter)
+		})
+	}
+	assert.Equal(t, []string{"llama", "sql-lora"}, table.Models())
+}
+
+func TestEmptyMatchMatchesAllAndOldestRouteWins(t *testing.T) {
+	table, errs := NewTable([]*networkingv1alpha1.ModelRoute{
+		mr("newer", time.Minute, networkingv1alpha1.ModelRouteSpec{ModelName: "m", Rules: []networkingv1alpha1.Rule{{TargetModels: target("b", nil)}}}),
+		mr("older", time.Hour, networkingv1alpha1.ModelRouteSpec{ModelName: "m", Rules: []networkingv1alpha1.Rule{{ModelMatch: &networkingv1alpha1.ModelMatch{}, TargetModels: target("a", nil)}}}),
+		mr("bad", 2*time.Hour, networkingv1alpha1.ModelRouteSpec{ModelName: "m", Rules: []networkingv1alpha1.Rule{{ModelMatch: &networkingv1alpha1.ModelMatch{URI: &networkingv1alpha1.StringMatch{Regex: s("(")}}}}}),
+	})
+	require.Len(t, errs, 1)
+	assert.Contains(t, errs[0].Error(), "ModelRoute ns/bad: rules[0].modelMatch.uri: regex")
+	res, err := table.Match(Input{Model: "m", Path: "/anything"}, first)
+	require.NoError(t, err)
+	assert.Equal(t, "a", res.Target)
+	assert.Equal(t, "rule-0", res.RuleName)
+}
+
+func TestZeroWeightTakesNoTraffic(t *testing.T) {
+	table, _ := NewTable([]*networkingv1alpha1.ModelRoute{mr("r", 0, networkingv1alpha1.ModelRouteSpec{ModelName: "m", Rules: []networkingv1alpha1.Rule{
+		{TargetModels: []networkingv1alpha1.TargetModel{{ModelServerName: "off", Weight: w(0)}, {ModelServerName: "on", Weight: w(1)}}},
+	}})})
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 1000 {
+		res, err := table.Match(Input{Model: "m", Path: "/"}, rng.Uint64N)
+		require.NoError(t, err)
+		require.Equal(t, "on", res.Target)
+	}
+	table, _ = NewTable([]*networkingv1alpha1.ModelRoute{mr("r", 0, networkingv1alpha1.ModelRouteSpec{ModelName: "m", Rules: []networkingv1alpha1.Rule{
+		{TargetModels: []networkingv1alpha1.TargetModel{{ModelServerName: "off", Weight: w(0)}}},
+	}})})
+	_, err := table.Match(Input{Model: "m", Path: "/"}, rng.Uint64N)
+	require.ErrorIs(t, err, ErrNoTraffic)
+}
+
+// TestWeightsChiSquared: over many requests the split follows the weights (chi-squared test
+// at 3 degrees of freedom, p = 0.001 critical value 16.27).
+func TestWeightsChiSquared(t *testing.T) {
+	weights := []uint32{10, 20, 30, 40}
+	var targets []networkingv1alpha1.TargetModel
+	for i, wt := range weights {
+		targets = append(targets, networkingv1alpha1.TargetModel{ModelServerName: string(rune('a' + i)), Weight: w(wt)})
+	}
+	table, _ := NewTable([]*networkingv1alpha1.ModelRoute{mr("r", 0, networkingv1alpha1.ModelRouteSpec{ModelName: "m", Rules: []networkingv1alpha1.Rule{{TargetModels: targets}}})})
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	const n = 20000
+	counts := map[string]float64{}
+	for range n {
+		res, err := table.Match(Input{Model: "m", Path: "/"}, rng.Uint64N)
+		require.NoError(t, err)
+		counts[res.Target]++
+	}
+	chi := 0.0
+	for i, wt := range weights {
+		exp := n * float64(wt) / 100
+		d := counts[string(rune('a'+i))] - exp
+		chi += d * d / exp
+	}
+	assert.Less(t, chi, 16.27, "counts %v", counts)
+}

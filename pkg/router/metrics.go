@@ -1,0 +1,60 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are berth-router's Prometheus series, on its own registry (served at /metrics of
+// the admin listener).
+type metrics struct {
+	registry    *prometheus.Registry
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	ttft        *prometheus.HistogramVec
+	picks       *prometheus.CounterVec
+	retries     *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
+	limiterErrs prometheus.Counter
+	inflight    prometheus.Gauge
+	endpoints   prometheus.Gauge
+}
+
+var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
+
+func newMetrics() *metrics {
+	m := &metrics{registry: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_router_requests_total",
+		Help: "Inference requests by ModelRoute (namespace/name, empty when none matched), requested model and HTTP status.",
+	}, []string{"route", "model", "status"})
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "berth_router_request_duration_seconds", Buckets: latencyBuckets,
+		Help: "Time from receiving a request to its last byte reaching the client.",
+	}, []string{"route", "model"})
+	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "berth_router_time_to_first_token_seconds", Buckets: latencyBuckets,
+		Help: "Time from receiving a request to the first body byte reaching the client.",
+	}, []string{"route", "model"})
+	m.picks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_router_endpoint_picks_total",
+		Help: "Requests sent to each endpoint (ModelServer, pod and PD role).",
+	}, []string{"server", "pod", "role"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_router_retries_total",
+		Help: "Attempts retried on another endpoint, by ModelServer and reason (status code or transport).",
+	}, []string{"server", "reason"})
+	m.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_router_rate_limited_total",
+		Help: "Requests refused with 429 by a ModelRoute's rate limit.",
+	}, []string{"route"})
+	m.limiterErrs = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "berth_router_rate_limiter_errors_total",
+		Help: "Rate-limit decisions that failed (Redis unreachable); the request was let through.",
+	})
+	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_router_inflight_requests", Help: "Requests being served now."})
+	m.endpoints = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_router_endpoints", Help: "Ready endpoints across all ModelServers."})
+	m.registry.MustRegister(m.requests, m.duration, m.ttft, m.picks, m.retries, m.rateLimited, m.limiterErrs, m.inflight, m.endpoints,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

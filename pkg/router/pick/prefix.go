@@ -1,0 +1,123 @@
+package pick
+
+import (
+	"container/list"
+	"hash/maphash"
+	"sync"
+)
+
+// BlockBytes is the prefix block size: 64 bytes, about 16 tokens at four bytes a token,
+// vLLM's default KV block. Engines cache whole blocks, so a shared prefix is worth
+// something only in whole blocks.
+const BlockBytes = 64
+
+var seed = maphash.MakeSeed()
+
+// HashPrompt returns the chained hashes of the prompt's whole blocks: block i's hash covers
+// blocks 0..i, so equal hashes mean an equal prefix up to there.
+func HashPrompt(prompt string) []uint64 {
+	n := len(prompt) / BlockBytes
+	out := make([]uint64, n)
+	var h maphash.Hash
+	h.SetSeed(seed)
+	for i := range n {
+		h.WriteString(prompt[i*BlockBytes : (i+1)*BlockBytes])
+		out[i] = h.Sum64()
+	}
+	return out
+}
+
+// PrefixIndex remembers which endpoints recently got each prefix block, bounded by an LRU
+// over blocks. Each block keeps its most recent few endpoints, so a hot prefix spread over
+// several endpoints (when load pushes it off one) stays affine to all of them.
+type PrefixIndex struct {
+	mu     sync.Mutex
+	limit  int
+	lru    *list.List // of uint64, front = most recent
+	blocks map[uint64]*blockEntry
+}
+
+type blockEntry struct {
+	elem  *list.Element
+	addrs []string // most recent first
+}
+
+const endpointsPerBlock = 4
+
+// NewPrefixIndex returns an index holding up to limit blocks (at least 1024).
+func NewPrefixIndex(limit int) *PrefixIndex {
+	return &PrefixIndex{limit: max(limit, 1024), lru: list.New(), blocks: map[uint64]*blockEntry{}}
+}
+
+// Record notes that a request with these block hashes went to addr.
+func (x *PrefixIndex) Record(hashes []uint64, addr string) {
+	if len(hashes) == 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, h := range hashes {
+		e, ok := x.blocks[h]
+		if !ok {
+			e = &blockEntry{elem: x.lru.PushFront(h)}
+			x.blocks[h] = e
+		} else {
+			x.lru.MoveToFront(e.elem)
+		}
+		e.addrs = promote(e.addrs, addr)
+	}
+	for x.lru.Len() > x.limit {
+		oldest := x.lru.Back()
+		x.lru.Remove(oldest)
+		delete(x.blocks, oldest.Value.(uint64))
+	}
+}
+
+func promote(addrs []string, addr string) []string {
+	for i, a := range addrs {
+		if a == addr {
+			copy(addrs[1:i+1], addrs[:i])
+			addrs[0] = addr
+			return addrs
+		}
+	}
+	if len(addrs) < endpointsPerBlock {
+		addrs = append(addrs, "")
+	}
+	copy(addrs[1:], addrs)
+	addrs[0] = addr
+	return addrs
+}
+
+// Match returns, per endpoint, how many leading blocks of hashes it recently got.
+func (x *PrefixIndex) Match(hashes []uint64) map[string]int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := map[string]int{}
+	alive := map[string]bool{}
+	for i, h := range hashes {
+		e, ok := x.blocks[h]
+		if !ok {
+			break
+		}
+		next := map[string]bool{}
+		for _, a := range e.addrs {
+			if i == 0 || alive[a] {
+				next[a] = true
+				out[a] = i + 1
+			}
+		}
+		if len(next) == 0 {
+			break
+		}
+		alive = next
+	}
+	return out
+}
+
+// Len is the number of blocks held.
+func (x *PrefixIndex) Len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.blocks)
+}

@@ -1,0 +1,96 @@
+package pick
+
+import "math"
+
+// leastRequests prefers the endpoint with the fewest requests: the larger of what this
+// router has in flight there and what the engine last reported running, plus its queue.
+type leastRequests struct{}
+
+func (leastRequests) Name() string { return LeastRequests }
+
+func (leastRequests) Score(_ *Request, cands []Candidate, out []float64) {
+	loads := make([]float64, len(cands))
+	maxLoad := 0.0
+	for i, c := range cands {
+		loads[i] = math.Max(float64(c.InFlight), c.Stats.Running) + c.Stats.Waiting
+		maxLoad = math.Max(maxLoad, loads[i])
+	}
+	for i := range cands {
+		if maxLoad == 0 {
+			out[i] = 1
+		} else {
+			out[i] = 1 - loads[i]/maxLoad
+		}
+	}
+}
+
+// kvCache prefers free KV cache: a full cache queues new requests.
+type kvCache struct{}
+
+func (kvCache) Name() string { return KVCache }
+
+func (kvCache) Score(_ *Request, cands []Candidate, out []float64) {
+	for i, c := range cands {
+		out[i] = 1 - math.Min(math.Max(c.Stats.KVUsage, 0), 1)
+	}
+}
+
+// latency prefers the lowest recent time to first token: the router's own observation when
+// it has one (current), else the engine's histogram average. Unknown counts as the middle.
+type latency struct{}
+
+func (latency) Name() string { return Latency }
+
+func (latency) Score(_ *Request, cands []Candidate, out []float64) {
+	ttft := make([]float64, len(cands))
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i, c := range cands {
+		ttft[i] = c.ObservedTTFT
+		if math.IsNaN(ttft[i]) {
+			ttft[i] = c.Stats.TTFT
+		}
+		if !math.IsNaN(ttft[i]) {
+			lo, hi = math.Min(lo, ttft[i]), math.Max(hi, ttft[i])
+		}
+	}
+	for i := range cands {
+		switch {
+		case math.IsNaN(ttft[i]):
+			out[i] = 0.5
+		case hi-lo < 1e-9:
+			out[i] = 1
+		default:
+			out[i] = (hi - ttft[i]) / (hi - lo)
+		}
+	}
+}
+
+// loraAffinity prefers endpoints that have the requested adapter loaded (an engine without
+// it must load it first, or fails).
+type loraAffinity struct{}
+
+func (loraAffinity) Name() string { return LoRA }
+
+func (loraAffinity) Score(req *Request, cands []Candidate, out []float64) {
+	for i, c := range cands {
+		if !req.Adapter || c.Stats.Adapters[req.Model] {
+			out[i] = 1
+		}
+	}
+}
+
+// prefixScorer prefers the endpoint that served the longest leading part of this prompt
+// most recently, whose prefix cache most likely still holds it.
+type prefixScorer struct{ index *PrefixIndex }
+
+func (prefixScorer) Name() string { return PrefixCache }
+
+func (s prefixScorer) Score(req *Request, cands []Candidate, out []float64) {
+	if len(req.Prefix) == 0 {
+		return
+	}
+	matched := s.index.Match(req.Prefix)
+	for i, c := range cands {
+		out[i] = float64(matched[c.Endpoint.Address]) / float64(len(req.Prefix))
+	}
+}

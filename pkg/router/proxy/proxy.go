@@ -1,0 +1,253 @@
+// Package proxy sends a request to an engine and relays the answer to the client. Sending
+// and relaying are separate steps on purpose: the router may retry on another endpoint
+// only while nothing has reached the client, that is between Send and Relay. Relay streams
+// chunk by chunk with no buffering and counts the output tokens for rate limiting.
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Proxy holds the upstream HTTP client.
+type Proxy struct {
+	client *http.Client
+}
+
+// New returns a proxy. upstreamTLS is used for endpoints whose ModelServer says https (nil:
+// the system roots).
+func New(upstreamTLS *tls.Config) *Proxy {
+	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		DialContext:         dialer.DialContext,
+		TLSClientConfig:     upstreamTLS,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 512,
+		IdleConnTimeout:     90 * time.Second,
+		// The body goes to the client as the engine sent it; decompressing would buffer
+		// and change its length.
+		DisableCompression:  true,
+		TLSHandshakeTimeout: 5 * time.Second,
+		ForceAttemptHTTP2:   false,
+	}
+	return &Proxy{client: &http.Client{
+		Transport: tr,
+		// An engine never redirects; following one could leave the selected pods.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// Client is the proxy's HTTP client, shared with the metrics scraper.
+func (p *Proxy) Client() *http.Client { return p.client }
+
+// hopByHop are the headers a proxy must not forward (RFC 9110 §7.6.1).
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func copyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = append([]string(nil), vs...)
+	}
+	for _, c := range src.Values("Connection") {
+		for _, name := range strings.Split(c, ",") {
+			dst.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, h := range hopByHop {
+		dst.Del(h)
+	}
+}
+
+// Send posts body to baseURL+path with the client's end-to-end headers (and extra ones
+// set on top). The response is returned unread: the caller relays or discards it.
+func (p *Proxy) Send(ctx context.Context, baseURL, path string, clientHeader http.Header, extra map[string]string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	copyHeader(req.Header, clientHeader)
+	req.Header.Del("Content-Length")
+	req.Header.Del("Accept-Encoding")
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range extra {
+		req.Header.Set(k, v)
+	}
+	req.ContentLength = int64(len(body))
+	return p.client.Do(req)
+}
+
+// Retryable reports whether an attempt's outcome allows trying another endpoint: a
+// transport error (not the client's own cancellation), or a status the engine uses for
+// "not now" (429, 5xx). 4xx means the request itself is wrong; another engine would agree.
+func Retryable(ctx context.Context, resp *http.Response, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	return resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
+}
+
+// DialFailed reports whether err means the request never reached the engine (connection
+// refused or unreachable), so a retry cannot run it twice. The router retries those even
+// without a retry policy: it is how a pod that just went away looks.
+func DialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// Discard reads and closes a response the client will not see, so its connection is reused.
+func Discard(resp *http.Response) {
+	if resp == nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+}
+
+// Relayed is what Relay saw.
+type Relayed struct {
+	Status int
+	Bytes  int64
+	// FirstByte is when the first body byte reached the client (zero if none did).
+	FirstByte time.Time
+	// OutputTokens is the response's usage.completion_tokens, or for a stream without a
+	// usage chunk the number of chunks that carried choices.
+	OutputTokens int64
+	// Err is a failure while copying (upstream broke, or the client went away).
+	Err error
+}
+
+// usageCap bounds how much of a non-streaming body is kept to read its usage.
+const usageCap = 4 << 20
+
+// Relay writes resp to w, flushing each chunk as it arrives, and closes resp.Body.
+func Relay(w http.ResponseWriter, resp *http.Response) Relayed {
+	defer resp.Body.Close()
+	copyHeader(w.Header(), resp.Header)
+	w.Header().Del("Content-Length") // may change if the engine sent it chunked; let net/http decide
+	if resp.ContentLength >= 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(resp.ContentLength))
+	}
+	w.WriteHeader(resp.StatusCode)
+	out := Relayed{Status: resp.StatusCode}
+	rc := http.NewResponseController(w)
+	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	var counter tokenCounter
+	var kept bytes.Buffer
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if out.FirstByte.IsZero() {
+				out.FirstByte = time.Now()
+			}
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				out.Err = fmt.Errorf("writing to the client: %w", werr)
+				return out
+			}
+			out.Bytes += int64(n)
+			if stream {
+				_ = rc.Flush()
+				counter.feed(buf[:n])
+			} else if kept.Len() < usageCap {
+				kept.Write(buf[:n])
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			out.Err = fmt.Errorf("reading from the engine: %w", rerr)
+			break
+		}
+	}
+	if stream {
+		out.OutputTokens = counter.tokens()
+	} else {
+		out.OutputTokens = usageOf(kept.Bytes())
+	}
+	return out
+}
+
+type usageBody struct {
+	Usage *struct {
+		CompletionTokens int64 `json:"completion_tokens"`
+	} `json:"usage"`
+	Choices []json.RawMessage `json:"choices"`
+}
+
+func usageOf(body []byte) int64 {
+	var u usageBody
+	if json.Unmarshal(body, &u) != nil || u.Usage == nil {
+		return 0
+	}
+	return u.Usage.CompletionTokens
+}
+
+// tokenCounter reads SSE "data:" lines as they pass.
+type tokenCounter struct {
+	partial []byte
+	chunks  int64
+	usage   int64
+	sawUse  bool
+}
+
+func (c *tokenCounter) feed(p []byte) {
+	c.partial = append(c.partial, p...)
+	for {
+		i := bytes.IndexByte(c.partial, '\n')
+		if i < 0 {
+			break
+		}
+		c.line(c.partial[:i])
+		c.partial = c.partial[i+1:]
+	}
+	if len(c.partial) > usageCap { // a line that never ends is not SSE; stop keeping it
+		c.partial = nil
+	}
+}
+
+func (c *tokenCounter) line(l []byte) {
+	data, ok := bytes.CutPrefix(bytes.TrimRight(l, "\r"), []byte("data:"))
+	if !ok {
+		return
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		return
+	}
+	var u usageBody
+	if json.Unmarshal(data, &u) != nil {
+		return
+	}
+	if u.Usage != nil {
+		c.usage, c.sawUse = u.Usage.CompletionTokens, true
+	}
+	if len(u.Choices) > 0 {
+		c.chunks++
+	}
+}
+
+func (c *tokenCounter) tokens() int64 {
+	if c.sawUse {
+		return c.usage
+	}
+	return c.chunks
+}
+
+// ReadAll reads a small response body (a prefill answer) and closes it.
+func ReadAll(resp *http.Response) ([]byte, error) {
+	defer resp.Body.Close()
+	return io.ReadAll(io.LimitReader(bufio.NewReader(resp.Body), usageCap))
+}

@@ -1,0 +1,217 @@
+// Package request reads an OpenAI-style inference request the way berth-router needs it:
+// the model it asks for, whether it streams, the prompt text (for prefix-aware picking and
+// the input-token estimate) and how many tokens it may generate. It also rewrites bodies
+// (the model, PD-disaggregation fields) without touching any field it does not know, so a
+// client's extra parameters reach the engine unchanged.
+package request
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Kind is the OpenAI endpoint a request was sent to.
+type Kind string
+
+const (
+	Chat       Kind = "chat"       // POST /v1/chat/completions
+	Completion Kind = "completion" // POST /v1/completions
+)
+
+// KindOf maps a URL path to the endpoint kind, or "" for a path the router does not proxy.
+func KindOf(path string) Kind {
+	switch strings.TrimSuffix(path, "/") {
+	case "/v1/chat/completions":
+		return Chat
+	case "/v1/completions":
+		return Completion
+	}
+	return ""
+}
+
+// Request is what the router reads from a body. Body is kept as sent.
+type Request struct {
+	Kind   Kind
+	Body   []byte
+	Model  string
+	Stream bool
+	// IncludeUsage is stream_options.include_usage as the client sent it.
+	IncludeUsage bool
+	// Prompt is the text the engine prefills: for chat, each message as "role: content\n",
+	// the same rendering the simulated engines tokenize, so prefix hashes agree.
+	Prompt string
+	// MaxTokens is max_completion_tokens, else max_tokens, else 0 (engine default).
+	MaxTokens int64
+}
+
+// BytesPerToken is the router's input-token estimate: about four bytes of English text per
+// token for the common BPE vocabularies. It is an estimate on purpose: the router cannot run
+// every model's tokenizer, and rate limits correct themselves from the response's usage.
+const BytesPerToken = 4
+
+// EstimatedInputTokens estimates the prompt's tokens before the engine has seen it.
+func (r *Request) EstimatedInputTokens() int64 {
+	n := int64((len(r.Prompt) + BytesPerToken - 1) / BytesPerToken)
+	return max(n, 1)
+}
+
+// Error is a client error with the OpenAI error fields it should be reported with.
+type Error struct {
+	Param   string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+type message struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type contentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type fields struct {
+	Model               *string         `json:"model"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	Messages            []message       `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+	MaxTokens           *int64          `json:"max_tokens"`
+	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// Parse reads body as a request of the given kind. Errors are *Error, each naming the field.
+func Parse(kind Kind, body []byte) (*Request, error) {
+	var f fields
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&f); err != nil {
+		return nil, &Error{Message: "request body is not a JSON object: " + jsonProblem(err)}
+	}
+	if dec.More() {
+		return nil, &Error{Message: "request body has data after its JSON object"}
+	}
+	if f.Model == nil || *f.Model == "" {
+		return nil, &Error{Param: "model", Message: "model is required"}
+	}
+	r := &Request{Kind: kind, Body: body, Model: *f.Model, Stream: f.Stream}
+	if f.StreamOptions != nil {
+		r.IncludeUsage = f.StreamOptions.IncludeUsage
+	}
+	switch {
+	case f.MaxCompletionTokens != nil:
+		r.MaxTokens = *f.MaxCompletionTokens
+	case f.MaxTokens != nil:
+		r.MaxTokens = *f.MaxTokens
+	}
+	if r.MaxTokens < 0 {
+		return nil, &Error{Param: "max_tokens", Message: "max_tokens must not be negative"}
+	}
+	switch kind {
+	case Chat:
+		if len(f.Messages) == 0 {
+			return nil, &Error{Param: "messages", Message: "messages must list at least one message"}
+		}
+		var b strings.Builder
+		for i, m := range f.Messages {
+			text, err := contentText(m.Content)
+			if err != nil {
+				return nil, &Error{Param: fmt.Sprintf("messages[%d].content", i), Message: fmt.Sprintf("messages[%d].content: %v", i, err)}
+			}
+			b.WriteString(m.Role)
+			b.WriteString(": ")
+			b.WriteString(text)
+			b.WriteByte('\n')
+		}
+		r.Prompt = b.String()
+	case Completion:
+		text, err := promptText(f.Prompt)
+		if err != nil {
+			return nil, &Error{Param: "prompt", Message: "prompt: " + err.Error()}
+		}
+		r.Prompt = text
+	}
+	return r, nil
+}
+
+// contentText is a chat message's text: a string, or the text parts of an array of parts.
+func contentText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var parts []contentPart
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("must be a string or an array of content parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+// promptText is a completion prompt: a string or an array of strings (joined).
+func promptText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", errors.New("is required")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		// Token-id prompts ([]int, [][]int) are valid OpenAI input; the router cannot hash
+		// them as text, so it treats their JSON as the prompt. Estimates stay in the same order.
+		var ids []json.RawMessage
+		if json.Unmarshal(raw, &ids) == nil {
+			return string(raw), nil
+		}
+		return "", errors.New("must be a string, an array of strings or token ids")
+	}
+	return strings.Join(list, ""), nil
+}
+
+func jsonProblem(err error) string {
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return fmt.Sprintf("%v (at byte %d)", syn, syn.Offset)
+	}
+	return err.Error()
+}
+
+// Rewrite returns body with the given top-level fields set (nil deletes one). Every other
+// field, including ones the router does not know, is kept byte for byte.
+func Rewrite(body []byte, set map[string]any) ([]byte, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, err
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(obj, k)
+			continue
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		obj[k] = raw
+	}
+	return json.Marshal(obj)
+}

@@ -1,0 +1,277 @@
+// Package router is berth-router: an OpenAI-compatible HTTP front for the models that
+// ModelRoutes and ModelServers describe. A request is parsed (package request), matched to
+// a route and a ModelServer (match), checked against the route's token rate limit
+// (ratelimit), given an endpoint by weighted scorers over scraped engine metrics (pick,
+// scrape) and proxied with retry, timeout and streaming pass-through, through a prefill
+// and a decode engine when the ModelServer is disaggregated (proxy). Package view keeps
+// the picture of routes, servers and Ready pods current from informers.
+package router
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/rest"
+
+	"github.com/berth-sh/berth/pkg/router/pick"
+	"github.com/berth-sh/berth/pkg/router/proxy"
+	"github.com/berth-sh/berth/pkg/router/ratelimit"
+	"github.com/berth-sh/berth/pkg/router/scrape"
+	"github.com/berth-sh/berth/pkg/router/view"
+)
+
+// Options configure a Router. Zero values take the defaults in Defaults.
+type Options struct {
+	// Addr serves the OpenAI API ("127.0.0.1:0" picks a port).
+	Addr string
+	// AdminAddr serves /metrics, /healthz and /readyz ("" disables it; the API listener
+	// serves /healthz and /readyz too).
+	AdminAddr string
+	// TLSCertFile and TLSKeyFile, when both set, make the API listener HTTPS.
+	TLSCertFile, TLSKeyFile string
+	// MaxBodyBytes bounds a request body (413 beyond it).
+	MaxBodyBytes int64
+	// ReadHeaderTimeout bounds reading a request's headers; IdleTimeout closes idle
+	// keep-alive connections. Neither bounds a streaming response.
+	ReadHeaderTimeout, IdleTimeout time.Duration
+	// ShutdownTimeout is how long in-flight requests and streams may take to finish after
+	// the router is told to stop (readiness turns false at once).
+	ShutdownTimeout time.Duration
+	// ScrapeInterval is how often every endpoint's /metrics and /v1/models are read.
+	ScrapeInterval time.Duration
+	// Policy and Scorers choose how endpoints are picked (see package pick).
+	Policy  pick.Policy
+	Scorers string
+	// PrefixBlocks bounds the prefix-affinity index.
+	PrefixBlocks int
+	// UpstreamTLS is used for ModelServers whose workloadPort protocol is https.
+	UpstreamTLS *tls.Config
+}
+
+// Defaults fills in zero fields.
+func (o *Options) Defaults() {
+	if o.Addr == "" {
+		o.Addr = ":8080"
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = 16 << 20
+	}
+	if o.ReadHeaderTimeout == 0 {
+		o.ReadHeaderTimeout = 10 * time.Second
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 120 * time.Second
+	}
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = 30 * time.Second
+	}
+	if o.ScrapeInterval == 0 {
+		o.ScrapeInterval = time.Second
+	}
+	if o.Policy == "" {
+		o.Policy = pick.Scored
+	}
+	if o.Scorers == "" {
+		o.Scorers = pick.DefaultScorers
+	}
+	if o.PrefixBlocks == 0 {
+		o.PrefixBlocks = 1 << 20
+	}
+}
+
+// Router serves requests. Create with New, run with Run.
+type Router struct {
+	opts    Options
+	log     logr.Logger
+	view    *view.View
+	picker  *pick.Picker
+	scraper *scrape.Scraper
+	proxy   *proxy.Proxy
+	local   *ratelimit.Local
+	redis   *ratelimit.Clients
+	metrics *metrics
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	stopping atomic.Bool
+	ready    chan struct{}
+	addr     atomic.Pointer[string]
+	admin    atomic.Pointer[string]
+}
+
+// New builds a router over the cluster cfg points at.
+func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
+	o.Defaults()
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return nil, errors.New("TLS needs both a certificate and a key file")
+	}
+	v, err := view.New(cfg, log.WithName("view"))
+	if err != nil {
+		return nil, err
+	}
+	picker, err := pick.New(o.Policy, o.Scorers, o.PrefixBlocks)
+	if err != nil {
+		return nil, err
+	}
+	p := proxy.New(o.UpstreamTLS)
+	scrapeClient := &http.Client{Transport: p.Client().Transport, Timeout: max(o.ScrapeInterval, 500*time.Millisecond)}
+	r := &Router{
+		opts: o, log: log, view: v, picker: picker, proxy: p,
+		scraper: scrape.New(o.ScrapeInterval, scrapeClient),
+		local:   ratelimit.NewLocal(time.Now),
+		redis:   ratelimit.NewClients(),
+		metrics: newMetrics(),
+		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		ready:   make(chan struct{}),
+	}
+	return r, nil
+}
+
+// Addr is the API listener's address once Run has started it ("" before).
+func (r *Router) Addr() string {
+	if a := r.addr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// AdminAddr is the admin listener's address once started.
+func (r *Router) AdminAddr() string {
+	if a := r.admin.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// Ready is closed when the router has its first full picture of the cluster and listens.
+func (r *Router) Ready() <-chan struct{} { return r.ready }
+
+// Handler is the API handler (also serving /v1/models, /healthz and /readyz).
+func (r *Router) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", r.serveInference)
+	mux.HandleFunc("/v1/completions", r.serveInference)
+	mux.HandleFunc("GET /v1/models", r.serveModels)
+	r.health(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("berth-router serves /v1/chat/completions, /v1/completions and /v1/models, not %s", req.URL.Path))
+	})
+	return mux
+}
+
+func (r *Router) health(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case r.stopping.Load():
+			http.Error(w, "stopping", http.StatusServiceUnavailable)
+		case !r.view.Synced():
+			http.Error(w, "routes, servers and pods not synced yet", http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ok\n"))
+		}
+	})
+}
+
+// Run serves until ctx ends, then stops taking requests (readiness false), lets in-flight
+// ones finish within ShutdownTimeout, and returns.
+func (r *Router) Run(ctx context.Context) error {
+	viewCtx, stopView := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopView()
+	defer r.redis.Close()
+	r.view.OnChange(func(s *view.Snapshot) {
+		urls := make(map[string]string, len(s.Endpoints))
+		for addr, e := range s.Endpoints {
+			urls[addr] = e.URL()
+		}
+		r.scraper.Sync(viewCtx, urls)
+		r.picker.Forget(s.Endpoints)
+		r.metrics.endpoints.Set(float64(len(s.Endpoints)))
+	})
+	viewErr := make(chan error, 1)
+	go func() { viewErr <- r.view.Run(viewCtx) }()
+	for !r.view.Synced() {
+		select {
+		case err := <-viewErr:
+			return fmt.Errorf("watching routes, servers and pods: %w", err)
+		case <-ctx.Done():
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+
+	api := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: r.opts.ReadHeaderTimeout, IdleTimeout: r.opts.IdleTimeout,
+		MaxHeaderBytes: 1 << 20, ErrorLog: nil}
+	ln, err := net.Listen("tcp", r.opts.Addr)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	r.addr.Store(&addr)
+	servers := []*http.Server{api}
+	errc := make(chan error, 2)
+	go func() {
+		var err error
+		if r.opts.TLSCertFile != "" {
+			err = api.ServeTLS(ln, r.opts.TLSCertFile, r.opts.TLSKeyFile)
+		} else {
+			err = api.Serve(ln)
+		}
+		errc <- err
+	}()
+	if r.opts.AdminAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(r.metrics.registry, promhttp.HandlerOpts{}))
+		r.health(mux)
+		admin := &http.Server{Handler: mux, ReadHeaderTimeout: r.opts.ReadHeaderTimeout}
+		aln, err := net.Listen("tcp", r.opts.AdminAddr)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		a := aln.Addr().String()
+		r.admin.Store(&a)
+		servers = append(servers, admin)
+		go func() { errc <- admin.Serve(aln) }()
+	}
+	r.log.Info("berth-router serving", "addr", addr, "admin", r.AdminAddr(), "tls", r.opts.TLSCertFile != "", "policy", r.opts.Policy, "scorers", r.picker.ScorerNames())
+	close(r.ready)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case err := <-viewErr:
+		return fmt.Errorf("watching routes, servers and pods: %w", err)
+	}
+	// Readiness goes false first so a load balancer stops sending; then drain.
+	r.stopping.Store(true)
+	sctx, cancel := context.WithTimeout(context.Background(), r.opts.ShutdownTimeout)
+	defer cancel()
+	for _, s := range servers {
+		if err := s.Shutdown(sctx); err != nil {
+			r.log.Info("requests still in flight at shutdown timeout were cut", "timeout", r.opts.ShutdownTimeout)
+			_ = s.Close()
+		}
+	}
+	return nil
+}
+
+func (r *Router) uniform(n uint64) uint64 {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.Uint64N(n)
+}

@@ -1,0 +1,235 @@
+// Package scrape reads each endpoint's engine metrics at an interval, for the scorers that
+// pick endpoints: queue depth, KV-cache usage, time to first token, and which LoRA
+// adapters are loaded. It understands vLLM's current and older metric names and SGLang's.
+package scrape
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Metric names, first match wins: current vLLM, older vLLM (before v0.10), SGLang.
+var (
+	runningNames = []string{"vllm:num_requests_running", "sglang:num_running_reqs"}
+	waitingNames = []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs"}
+	kvUsageNames = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}
+	ttftNames    = []string{"vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"}
+)
+
+// Metrics is what one scrape of /metrics says.
+type Metrics struct {
+	Running, Waiting float64
+	KVUsage          float64 // 0..1
+	// TTFTSum and TTFTCount are the TTFT histogram's totals; the scraper turns their change
+	// between scrapes into a recent average.
+	TTFTSum   float64
+	TTFTCount uint64
+}
+
+// Parse reads a Prometheus text exposition. Series of every model_name are summed: one
+// engine serves one base model, and its adapters share its queue and cache.
+func Parse(r io.Reader) (Metrics, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return Metrics{}, err
+	}
+	var m Metrics
+	m.Running = gauge(families, runningNames)
+	m.Waiting = gauge(families, waitingNames)
+	m.KVUsage = gauge(families, kvUsageNames)
+	for _, name := range ttftNames {
+		if f := families[name]; f != nil {
+			for _, s := range f.GetMetric() {
+				if h := s.GetHistogram(); h != nil {
+					m.TTFTSum += h.GetSampleSum()
+					m.TTFTCount += h.GetSampleCount()
+				}
+			}
+			break
+		}
+	}
+	return m, nil
+}
+
+func gauge(families map[string]*dto.MetricFamily, names []string) float64 {
+	for _, name := range names {
+		f := families[name]
+		if f == nil {
+			continue
+		}
+		total := 0.0
+		for _, s := range f.GetMetric() {
+			switch {
+			case s.GetGauge() != nil:
+				total += s.GetGauge().GetValue()
+			case s.GetCounter() != nil:
+				total += s.GetCounter().GetValue()
+			case s.GetUntyped() != nil:
+				total += s.GetUntyped().GetValue()
+			}
+		}
+		return total
+	}
+	return 0
+}
+
+// Stats is the latest knowledge of one endpoint.
+type Stats struct {
+	Metrics
+	// TTFT is the average time to first token of requests finished since the scrape before
+	// the last one that saw any, in seconds; NaN until one is seen.
+	TTFT float64
+	// Adapters are the LoRA adapters the engine lists in /v1/models.
+	Adapters map[string]bool
+	// Updated is when the last scrape succeeded; zero if none has.
+	Updated time.Time
+	// Err is the last scrape's error, nil after a success.
+	Err error
+}
+
+// Scraper polls every endpoint it is given.
+type Scraper struct {
+	interval time.Duration
+	client   *http.Client
+
+	mu      sync.RWMutex
+	targets map[string]*target // by address
+}
+
+type target struct {
+	url    string
+	cancel context.CancelFunc
+	stats  Stats
+}
+
+// New returns a scraper polling every interval with client (which should have a timeout
+// shorter than interval).
+func New(interval time.Duration, client *http.Client) *Scraper {
+	return &Scraper{interval: interval, client: client, targets: map[string]*target{}}
+}
+
+// Sync makes the set of scraped endpoints the given one: address → base URL. New
+// endpoints are scraped at once; gone ones stop and are forgotten.
+func (s *Scraper) Sync(ctx context.Context, endpoints map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for addr, t := range s.targets {
+		if url, ok := endpoints[addr]; !ok || url != t.url {
+			t.cancel()
+			delete(s.targets, addr)
+		}
+	}
+	for addr, url := range endpoints {
+		if _, ok := s.targets[addr]; ok {
+			continue
+		}
+		tctx, cancel := context.WithCancel(ctx)
+		t := &target{url: url, cancel: cancel, stats: Stats{TTFT: math.NaN()}}
+		s.targets[addr] = t
+		go s.loop(tctx, addr, t)
+	}
+}
+
+// Stats returns what is known of the endpoint at addr.
+func (s *Scraper) Stats(addr string) (Stats, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	t, ok := s.targets[addr]
+	if !ok {
+		return Stats{TTFT: math.NaN()}, false
+	}
+	return t.stats, true
+}
+
+func (s *Scraper) loop(ctx context.Context, addr string, t *target) {
+	tick := time.NewTicker(s.interval)
+	defer tick.Stop()
+	for {
+		m, err := s.fetchMetrics(ctx, t.url)
+		var adapters map[string]bool
+		if err == nil {
+			adapters, err = s.fetchAdapters(ctx, t.url)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		st := t.stats
+		st.Err = err
+		if err == nil {
+			if m.TTFTCount > st.TTFTCount {
+				st.TTFT = (m.TTFTSum - st.TTFTSum) / float64(m.TTFTCount-st.TTFTCount)
+			}
+			st.Metrics, st.Adapters, st.Updated = m, adapters, time.Now()
+		}
+		t.stats = st
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Scraper) get(ctx context.Context, url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return resp, nil
+}
+
+func (s *Scraper) fetchMetrics(ctx context.Context, base string) (Metrics, error) {
+	resp, err := s.get(ctx, base+"/metrics")
+	if err != nil {
+		return Metrics{}, err
+	}
+	defer resp.Body.Close()
+	return Parse(io.LimitReader(resp.Body, 8<<20))
+}
+
+// fetchAdapters lists the models an engine serves whose parent is another model: vLLM
+// lists loaded LoRA adapters that way in /v1/models.
+func (s *Scraper) fetchAdapters(ctx context.Context, base string) (map[string]bool, error) {
+	resp, err := s.get(ctx, base+"/v1/models")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []struct {
+			ID     string  `json:"id"`
+			Parent *string `json:"parent"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&list); err != nil {
+		return nil, fmt.Errorf("GET %s/v1/models: %w", base, err)
+	}
+	out := map[string]bool{}
+	for _, m := range list.Data {
+		if m.Parent != nil && *m.Parent != "" {
+			out[m.ID] = true
+		}
+	}
+	return out, nil
+}

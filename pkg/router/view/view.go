@@ -1,0 +1,362 @@
+// Package view is berth-router's informer-backed picture of the cluster: the compiled
+// ModelRoutes, and every ModelServer with the Ready pods it selects as endpoints. Watch
+// events only mark the picture stale; one goroutine rebuilds it and publishes an immutable
+// Snapshot, so request handling never locks and never sees half an update.
+package view
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	"github.com/berth-sh/berth/pkg/router/match"
+)
+
+// Role is an endpoint's part in prefill/decode disaggregation.
+type Role string
+
+const (
+	Whole   Role = ""        // serves whole requests
+	Prefill Role = "prefill" // pdGroup.prefillLabels
+	Decode  Role = "decode"  // pdGroup.decodeLabels
+)
+
+// DefaultPort is used when a ModelServer has no workloadPort and the pod declares no
+// container port: vLLM's and most engines' default.
+const DefaultPort = 8000
+
+// Endpoint is one Ready pod serving a ModelServer.
+type Endpoint struct {
+	Namespace, Pod string
+	// Address is ip:port; it also identifies the endpoint in the router's state, because a
+	// pod recreated under the same name gets a new IP and must not inherit the old one's.
+	Address string
+	Scheme  string // http or https
+	Role    Role
+	// Group is the pod's value of pdGroup.groupKey: prefill and decode endpoints pair only
+	// within one group.
+	Group string
+}
+
+// URL is the endpoint's base URL.
+func (e *Endpoint) URL() string { return e.Scheme + "://" + e.Address }
+
+// Name is namespace/pod, for logs and metrics.
+func (e *Endpoint) Name() string { return e.Namespace + "/" + e.Pod }
+
+// Server is a ModelServer resolved to its endpoints.
+type Server struct {
+	Namespace, Name string
+	Engine          networkingv1alpha1.InferenceEngine
+	// Model is spec.model: the name the engines serve, written into requests ("" keeps the
+	// request's model).
+	Model         string
+	Timeout       time.Duration // 0: none
+	RetryAttempts int
+	RetryInterval time.Duration
+	// Connector is the KV connector of a PD server ("" when not disaggregated).
+	Connector networkingv1alpha1.KVConnectorType
+	// Endpoints serve whole requests; a PD server has Prefill and Decode instead.
+	Endpoints       []*Endpoint
+	Prefill, Decode []*Endpoint
+}
+
+// Disaggregated reports whether requests need a prefill and a decode endpoint.
+func (s *Server) Disaggregated() bool { return s.Connector != "" }
+
+// DefaultRetryInterval is seed 001's default retryInterval.
+const DefaultRetryInterval = 100 * time.Millisecond
+
+// Snapshot is one consistent picture. Never modified once published.
+type Snapshot struct {
+	Routes      *match.Table
+	RouteErrors []error
+	Servers     map[types.NamespacedName]*Server
+	// Endpoints is every endpoint of every server, by address.
+	Endpoints map[string]*Endpoint
+}
+
+// Server returns the named ModelServer, or nil.
+func (s *Snapshot) Server(namespace, name string) *Server {
+	return s.Servers[types.NamespacedName{Namespace: namespace, Name: name}]
+}
+
+// View keeps the Snapshot current.
+type View struct {
+	cache    cache.Cache
+	log      logr.Logger
+	current  atomic.Pointer[Snapshot]
+	stale    chan struct{}
+	synced   atomic.Bool
+	mu       sync.Mutex
+	watchers []func(*Snapshot)
+}
+
+// Scheme knows the kinds the view reads.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := networkingv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// New creates a view over the cluster cfg points at. Call Run.
+func New(cfg *rest.Config, log logr.Logger) (*View, error) {
+	c, err := cache.New(cfg, cache.Options{
+		Scheme: Scheme(),
+		// The router needs labels, status and ports; managed fields are the bulk of a pod
+		// object and never read.
+		DefaultTransform: cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	v := &View{cache: c, log: log, stale: make(chan struct{}, 1)}
+	v.current.Store(&Snapshot{Routes: mustTable(nil), Servers: map[types.NamespacedName]*Server{}, Endpoints: map[string]*Endpoint{}})
+	return v, nil
+}
+
+func mustTable(routes []*networkingv1alpha1.ModelRoute) *match.Table {
+	t, _ := match.NewTable(routes)
+	return t
+}
+
+// Snapshot is the current picture.
+func (v *View) Snapshot() *Snapshot { return v.current.Load() }
+
+// Synced reports whether the first full picture has been published.
+func (v *View) Synced() bool { return v.synced.Load() }
+
+// OnChange registers f to be called with every new snapshot (from the view's goroutine).
+func (v *View) OnChange(f func(*Snapshot)) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.watchers = append(v.watchers, f)
+}
+
+// Run starts the informers and rebuilds the snapshot on every change until ctx ends.
+func (v *View) Run(ctx context.Context) error {
+	handler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { v.markStale() },
+		UpdateFunc: func(_, _ any) { v.markStale() },
+		DeleteFunc: func(any) { v.markStale() },
+	}
+	for _, obj := range []client.Object{&networkingv1alpha1.ModelRoute{}, &networkingv1alpha1.ModelServer{}, &corev1.Pod{}} {
+		inf, err := v.cache.GetInformer(ctx, obj)
+		if err != nil {
+			return err
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- v.cache.Start(ctx) }()
+	if !v.cache.WaitForCacheSync(ctx) {
+		select {
+		case err := <-errc:
+			return err
+		default:
+			return ctx.Err()
+		}
+	}
+	v.rebuild(ctx)
+	v.synced.Store(true)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-v.stale:
+			v.rebuild(ctx)
+		}
+	}
+}
+
+func (v *View) markStale() {
+	select {
+	case v.stale <- struct{}{}:
+	default:
+	}
+}
+
+func (v *View) rebuild(ctx context.Context) {
+	snap, err := v.build(ctx)
+	if err != nil {
+		v.log.Error(err, "rebuilding the routing view; keeping the previous one")
+		return
+	}
+	for _, e := range snap.RouteErrors {
+		v.log.Info("ModelRoute ignored", "reason", e.Error())
+	}
+	v.current.Store(snap)
+	v.mu.Lock()
+	watchers := append([](func(*Snapshot)){}, v.watchers...)
+	v.mu.Unlock()
+	for _, f := range watchers {
+		f(snap)
+	}
+}
+
+func (v *View) build(ctx context.Context) (*Snapshot, error) {
+	var routes networkingv1alpha1.ModelRouteList
+	if err := v.cache.List(ctx, &routes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	var servers networkingv1alpha1.ModelServerList
+	if err := v.cache.List(ctx, &servers, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	podsByNS := map[string][]*corev1.Pod{}
+	snap := &Snapshot{Servers: map[types.NamespacedName]*Server{}, Endpoints: map[string]*Endpoint{}}
+	ptrs := make([]*networkingv1alpha1.ModelRoute, len(routes.Items))
+	for i := range routes.Items {
+		ptrs[i] = &routes.Items[i]
+	}
+	snap.Routes, snap.RouteErrors = match.NewTable(ptrs)
+	for i := range servers.Items {
+		ms := &servers.Items[i]
+		pods, ok := podsByNS[ms.Namespace]
+		if !ok {
+			var list corev1.PodList
+			if err := v.cache.List(ctx, &list, client.InNamespace(ms.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+				return nil, err
+			}
+			for j := range list.Items {
+				pods = append(pods, &list.Items[j])
+			}
+			podsByNS[ms.Namespace] = pods
+		}
+		s := Resolve(ms, pods)
+		snap.Servers[types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}] = s
+		for _, list := range [][]*Endpoint{s.Endpoints, s.Prefill, s.Decode} {
+			for _, e := range list {
+				snap.Endpoints[e.Address] = e
+			}
+		}
+	}
+	return snap, nil
+}
+
+// Resolve turns a ModelServer and its namespace's pods into a Server. Only Ready pods with
+// an IP that are not terminating become endpoints: a terminating pod takes no new request,
+// so none is lost to a pod being deleted.
+func Resolve(ms *networkingv1alpha1.ModelServer, pods []*corev1.Pod) *Server {
+	s := &Server{Namespace: ms.Namespace, Name: ms.Name, Engine: ms.Spec.InferenceEngine, RetryInterval: DefaultRetryInterval}
+	if ms.Spec.Model != nil {
+		s.Model = *ms.Spec.Model
+	}
+	if tp := ms.Spec.TrafficPolicy; tp != nil {
+		if tp.Timeout != nil {
+			s.Timeout = tp.Timeout.Duration
+		}
+		if r := tp.Retry; r != nil {
+			s.RetryAttempts = int(r.Attempts)
+			if r.RetryInterval != nil {
+				s.RetryInterval = r.RetryInterval.Duration
+			}
+		}
+	}
+	sel := ms.Spec.WorkloadSelector
+	if sel == nil {
+		return s
+	}
+	var pd *networkingv1alpha1.PDGroup
+	if sel.PDGroup != nil {
+		pd = sel.PDGroup
+		s.Connector = networkingv1alpha1.ConnectorTypeHTTP
+		if ms.Spec.KVConnector != nil && ms.Spec.KVConnector.Type != "" {
+			s.Connector = ms.Spec.KVConnector.Type
+		}
+	}
+	base := labels.SelectorFromSet(sel.MatchLabels)
+	scheme := "http"
+	var port int32
+	if wp := ms.Spec.WorkloadPort; wp != nil {
+		port = wp.Port
+		if wp.Protocol == "https" {
+			scheme = "https"
+		}
+	}
+	for _, p := range pods {
+		if !base.Matches(labels.Set(p.Labels)) || !servable(p) {
+			continue
+		}
+		e := &Endpoint{Namespace: p.Namespace, Pod: p.Name, Scheme: scheme}
+		e.Address = net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(portOf(p, port))))
+		if pd == nil {
+			s.Endpoints = append(s.Endpoints, e)
+			continue
+		}
+		value, ok := p.Labels[pd.GroupKey]
+		if !ok {
+			continue // an instance outside every PD group can pair with nothing
+		}
+		e.Group = value
+		switch {
+		case len(pd.PrefillLabels) > 0 && labels.SelectorFromSet(pd.PrefillLabels).Matches(labels.Set(p.Labels)):
+			e.Role = Prefill
+			s.Prefill = append(s.Prefill, e)
+		case len(pd.DecodeLabels) > 0 && labels.SelectorFromSet(pd.DecodeLabels).Matches(labels.Set(p.Labels)):
+			e.Role = Decode
+			s.Decode = append(s.Decode, e)
+		}
+	}
+	for _, list := range [][]*Endpoint{s.Endpoints, s.Prefill, s.Decode} {
+		sort.Slice(list, func(i, j int) bool { return list[i].Address < list[j].Address })
+	}
+	return s
+}
+
+func servable(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// portOf is the ModelServer's workloadPort, else the pod's first declared container port,
+// else DefaultPort.
+func portOf(p *corev1.Pod, port int32) int32 {
+	if port > 0 {
+		return port
+	}
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.ContainerPort > 0 && (cp.Protocol == "" || cp.Protocol == corev1.ProtocolTCP) {
+				return cp.ContainerPort
+			}
+		}
+	}
+	return DefaultPort
+}
+
+// String describes a server for logs and errors.
+func (s *Server) String() string { return fmt.Sprintf("ModelServer %s/%s", s.Namespace, s.Name) }
