@@ -154,6 +154,9 @@ func (r *Router) AdminAddr() string {
 	return ""
 }
 
+// View is the router's picture of routes, servers and endpoints.
+func (r *Router) View() *view.View { return r.view }
+
 // Ready is closed when the router has its first full picture of the cluster and listens.
 func (r *Router) Ready() <-chan struct{} { return r.ready }
 

@@ -1,0 +1,107 @@
+// Command routerbench measures berth-router against simulated vLLM engines
+// (pkg/sim/engine) on the in-process control plane, with the peers in the same run:
+//
+//   - -overhead: what the router costs as a proxy. Engines that answer in microseconds,
+//     reached directly (the load generator round-robins over them), through nginx as a
+//     plain round-robin reverse proxy, and through berth-router with round robin and with
+//     its default scorers: max requests/s in a closed loop, and p50/p99 latency at a fixed
+//     open-loop rate of half nginx's max.
+//   - -quality: what picking buys. Shared-prefix chat traffic (a few long system prompts,
+//     many users) at a Poisson rate, through berth-router with round robin, least-requests
+//     and the default prefix-aware scorers, each on freshly started engines: time to first
+//     token, completed requests/s and the engines' prefix-cache hit rate.
+//
+// Progress goes to stderr, the markdown tables to stdout (and -out).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+func main() {
+	doOverhead := flag.Bool("overhead", true, "run the proxy overhead experiment")
+	doQuality := flag.Bool("quality", true, "run the routing quality experiment")
+	runs := flag.Int("runs", 1, "runs of each experiment; tables give medians")
+	seed := flag.Uint64("seed", 1, "seed of the quality workload")
+	out := flag.String("out", "", "also write the tables to this file")
+	nginxBin := flag.String("nginx", "/usr/sbin/nginx", "nginx binary")
+
+	engines := flag.Int("engines", 4, "overhead: engines")
+	conc := flag.Int("concurrency", 64, "overhead: closed-loop clients")
+	dur := flag.Duration("duration", 10*time.Second, "overhead: length of each measurement")
+	cpuProfile := flag.String("cpuprofile", "", "overhead: write a CPU profile of each path's first closed loop to PREFIX-<path>.pprof and print CPU per request by component")
+	warm := flag.Duration("warmup", 3*time.Second, "overhead: closed-loop warm-up before each measurement")
+
+	qEngines := flag.Int("quality-engines", 4, "quality: engines")
+	prompts := flag.Int("prompts", 8, "quality: distinct system prompts")
+	users := flag.Int("users", 200, "quality: users (user i sends system prompt i % prompts)")
+	requests := flag.Int("quality-requests", 1500, "quality: requests per router configuration")
+	systemTokens := flag.Int("system-tokens", 2000, "quality: tokens per system prompt")
+	userTokens := flag.Int("user-tokens", 50, "quality: tokens per user message")
+	maxTokens := flag.Int("max-tokens", 32, "quality: tokens generated per request")
+	cachePrompts := flag.Float64("cache-prompts", 0, "quality: prefix cache per engine, in prompts (0: 2 × prompts/engines)")
+	load := flag.Float64("load", 0.7, "quality: offered load, fraction of what the engines serve at round robin's expected hit rate")
+	realSeconds := flag.Float64("quality-seconds", 15, "quality: real seconds of arrivals per configuration (sets TimeScale)")
+	flag.Parse()
+
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	ctrllog.SetLogger(klog.Background())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	progress("routerbench: seed %d, %d run(s); starting the control plane", *seed, *runs)
+	c, err := startCluster(ctx)
+	must(err)
+	defer c.stop()
+
+	var tables []string
+	if *doOverhead {
+		t, err := runOverhead(ctx, c, overheadConfig{engines: *engines, conc: *conc, warm: *warm, dur: *dur, runs: *runs, nginx: *nginxBin, cpuProfile: *cpuProfile})
+		if err != nil {
+			c.stop()
+			must(err)
+		}
+		tables = append(tables, t)
+		fmt.Println(t)
+	}
+	if *doQuality {
+		cp := *cachePrompts
+		if cp == 0 {
+			cp = 2 * float64(*prompts) / float64(*qEngines)
+		}
+		t, err := runQuality(ctx, c, qualityConfig{engines: *qEngines, prompts: *prompts, users: *users, requests: *requests,
+			systemTokens: *systemTokens, userTokens: *userTokens, maxTokens: *maxTokens, cachePrompts: cp,
+			load: *load, realSeconds: *realSeconds, runs: *runs, seed: *seed})
+		if err != nil {
+			c.stop()
+			must(err)
+		}
+		tables = append(tables, t)
+		fmt.Println(t)
+	}
+	if *out != "" {
+		header := fmt.Sprintf("Command: `go run ./bench/routerbench %s` (seed %d)\n\n", strings.Join(os.Args[1:], " "), *seed)
+		must(os.WriteFile(*out, []byte(header+strings.Join(tables, "\n")), 0o644))
+	}
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "routerbench:", err)
+		os.Exit(1)
+	}
+}
