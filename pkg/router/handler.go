@@ -187,7 +187,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 		canRetry := attempt < policyAttempts || (dialFailed && freeRetries > 0)
 		if (err == nil && !proxy.Retryable(ctx, resp, nil)) || !canRetry || !proxy.Retryable(ctx, resp, err) {
 			if err != nil {
-				ends(math.NaN())
+				ends(pick.Failed)
 				status, code := http.StatusBadGateway, "upstream_error"
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 					status, code = http.StatusGatewayTimeout, "timeout"
@@ -204,7 +204,10 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 			w.Header().Set("X-Berth-Endpoint", target.name)
 			relayed = proxy.Relay(w, resp)
 			ttft := math.NaN()
-			if !relayed.FirstByte.IsZero() {
+			switch {
+			case relayed.Status >= 500 || relayed.Status == http.StatusTooManyRequests:
+				ttft = pick.Failed
+			case relayed.Status/100 == 2 && !relayed.FirstByte.IsZero():
 				ttft = relayed.FirstByte.Sub(sent).Seconds()
 				r.metrics.ttft.WithLabelValues(x.route, x.model).Observe(relayed.FirstByte.Sub(x.start).Seconds())
 			}
@@ -216,7 +219,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 			return relayed, relayed.Status/100 == 2
 		}
 		// Retry on another endpoint: nothing reached the client yet.
-		ends(math.NaN())
+		ends(pick.Failed)
 		reason := "transport"
 		if err == nil {
 			reason = strconv.Itoa(resp.StatusCode)

@@ -215,8 +215,15 @@ func (p *Picker) Pick(req *Request, cands []Candidate) int {
 	return best
 }
 
+// Failed is passed to the function Begin returns when the attempt failed (a transport
+// error or an error status): the endpoint's observed latency doubles (at least a second),
+// so the latency scorer steers away from an endpoint that answers fast only because it
+// fails.
+var Failed = math.Inf(1)
+
 // Begin records that a request went to addr (for least-requests and prefix affinity). The
-// returned function ends it; pass the time to first byte in seconds, or NaN if none came.
+// returned function ends it; pass the time to first byte in seconds, NaN if unknown (the
+// request was cut short by its client), or Failed.
 func (p *Picker) Begin(req *Request, addr string) (done func(ttft float64)) {
 	st := p.state(addr)
 	st.inflight.Add(1)
@@ -229,7 +236,13 @@ func (p *Picker) Begin(req *Request, addr string) (done func(ttft float64)) {
 				return
 			}
 			st.mu.Lock()
-			if math.IsNaN(st.ttft) {
+			if math.IsInf(ttft, 1) {
+				prev := st.ttft
+				if math.IsNaN(prev) {
+					prev = 0
+				}
+				st.ttft = min(max(2*prev, 1), 60)
+			} else if math.IsNaN(st.ttft) {
 				st.ttft = ttft
 			} else {
 				st.ttft = 0.8*st.ttft + 0.2*ttft

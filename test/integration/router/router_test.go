@@ -271,4 +271,3 @@ func loadAdapter(t *testing.T, addr, name string) {
 	res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode, string(body))
 }
-
