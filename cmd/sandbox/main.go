@@ -1,7 +1,9 @@
 // Command sandbox runs the whole of Berth on one machine: etcd and kube-apiserver, a
-// simulated leaf/spine fabric of GPU nodes, the simulated kubelet, berth-scheduler and
-// berth-controller, all in process. It applies examples/, shows the ModelServings coming up
-// and prints where every pod landed, then runs until interrupted (or, with --once, exits).
+// simulated leaf/spine fabric of GPU nodes, the simulated kubelet and engines,
+// berth-scheduler, berth-controller and berth-router, all in process. It applies examples/,
+// shows the ModelServings coming up, prints where every pod landed, answers a chat
+// completion through the router for every routed model, then runs until interrupted (or,
+// with --once, exits).
 package main
 
 import (
@@ -41,6 +43,8 @@ func main() {
 	flag.BoolVar(&o.Once, "once", false, "exit 0 once every ModelServing is Available, non-zero with the reason after --timeout")
 	flag.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "how long the ModelServings may take to become Available")
 	flag.DurationVar(&o.PodStartDelay, "pod-start-delay", time.Second, "how long the simulated kubelet takes to start a bound pod")
+	flag.StringVar(&o.RouterAddr, "router-addr", "127.0.0.1:8080", "where berth-router serves the OpenAI API")
+	flag.Float64Var(&o.EngineTimeScale, "engine-time-scale", 1, "simulated engines' speed: 1 answers as fast as a real GPU would, 0.01 a hundred times faster")
 	verbosity := flag.Int("v", 0, "log verbosity of the in-process components (0 keeps their logs off)")
 	_ = flag.Parse(os.Args[1:])
 	if flag.NArg() > 0 {

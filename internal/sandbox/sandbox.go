@@ -25,6 +25,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -50,6 +51,11 @@ type Options struct {
 	// ControlPlane, when set, is used instead of starting one, and left running: tests share
 	// one per test binary. Objects the sandbox creates stay in it.
 	ControlPlane *controlplane.ControlPlane
+	// RouterAddr is where berth-router serves the OpenAI API ("127.0.0.1:0" picks a port).
+	RouterAddr string
+	// EngineTimeScale is the simulated engines' real/simulated time ratio (1: as fast as a
+	// real GPU would answer; smaller is faster).
+	EngineTimeScale float64
 }
 
 // pollInterval is how often Run looks at the ModelServings; a line is printed only when it
@@ -156,7 +162,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	compCtx, cancel := context.WithCancel(ctx)
 	var running sync.WaitGroup
 	defer func() { cancel(); running.Wait() }()
-	failed := make(chan error, 3)
+	failed := make(chan error, 5)
 	component := func(name string, run func(context.Context) error) {
 		running.Add(1)
 		go func() {
@@ -181,11 +187,35 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	component("berth-controller", mgr.Start)
+	engines, err := sim.NewEngines(cfg, sim.EngineOptions{TimeScale: o.EngineTimeScale})
+	if err != nil {
+		return err
+	}
+	component("simulated engines", engines.Run)
 	component("simulated kubelet", func(ctx context.Context) error {
-		sim.NewKubelet(kube, o.PodStartDelay).Run(ctx)
+		k := sim.NewKubelet(kube, o.PodStartDelay)
+		k.BeforeReady = engines.Ensure
+		k.Run(ctx)
 		return nil
 	})
-	fmt.Fprintln(out, "running berth-scheduler, berth-controller and the simulated kubelet")
+	routerAddr := o.RouterAddr
+	if routerAddr == "" {
+		routerAddr = "127.0.0.1:0"
+	}
+	rt, err := router.New(cfg, router.Options{Addr: routerAddr, ShutdownTimeout: 2 * time.Second}, routerLogger())
+	if err != nil {
+		return err
+	}
+	component("berth-router", rt.Run)
+	select {
+	case <-rt.Ready():
+	case err := <-failed:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	routerURL := "http://" + rt.Addr()
+	fmt.Fprintf(out, "running berth-scheduler, berth-controller, berth-router (%s), the simulated kubelet and engines\n", routerURL)
 
 	ap, err := newApplier(cfg, kube)
 	if err != nil {
@@ -204,13 +234,17 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		fmt.Fprintf(out, "%s holds no manifests\n", o.ExamplesDir)
 	}
 
-	return watch(ctx, o, out, cl, newTracked(objs), failed, kubeconfigHint)
+	onAvailable := func() error { return probeRoutes(ctx, cl, routerURL, out) }
+	return watch(ctx, o, out, cl, newTracked(objs), failed, kubeconfigHint, onAvailable)
 }
 
 // watch prints progress until every tracked ModelServing is Available, then the placement
 // table; with Once it returns there, otherwise it goes on (printing changes, and the table
 // again whenever the placement settles differently) until ctx ends.
-func watch(ctx context.Context, o Options, out io.Writer, cl client.Client, t tracked, failed <-chan error, kubeconfigHint string) error {
+//
+// Once everything is Available the first time, onAvailable runs (it sends requests through
+// the router); with Once its error is Run's.
+func watch(ctx context.Context, o Options, out io.Writer, cl client.Client, t tracked, failed <-chan error, kubeconfigHint string, onAvailable func() error) error {
 	start := time.Now()
 	timeout := time.NewTimer(o.Timeout)
 	defer timeout.Stop()
@@ -260,6 +294,11 @@ func watch(ctx context.Context, o Options, out io.Writer, cl client.Client, t tr
 						fmt.Fprintln(out, "\nplacement changed:")
 					}
 					_, _ = out.Write(tb.Bytes())
+					if lastTable == "" {
+						if err := onAvailable(); err != nil && o.Once {
+							return err
+						}
+					}
 					if o.Once {
 						return nil
 					}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,9 @@ func options() sandbox.Options {
 		Timeout:       60 * time.Second,
 		PodStartDelay: 50 * time.Millisecond,
 		ControlPlane:  cp,
+		RouterAddr:    "127.0.0.1:0",
+		// Engines 100 times faster than a GPU: the probe requests answer at once.
+		EngineTimeScale: 0.01,
 	}
 }
 
@@ -51,6 +55,12 @@ func TestExamples(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, sandbox.Run(context.Background(), o, &out), "output:\n%s", out.String())
 	t.Logf("output:\n%s", out.String())
+
+	// Every routed model answered a chat completion through the router.
+	assert.Contains(t, out.String(), "berth-router serves the OpenAI API at http://127.0.0.1:")
+	for _, model := range []string{"Qwen/Qwen3-8B", "deepseek-r1"} {
+		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(model)+` +200 in .* from default/`, out.String())
+	}
 
 	// The table's rows by pod name.
 	rows := map[string][]string{}

@@ -29,11 +29,13 @@ const (
 	SpineTierName = "spine"
 )
 
-// Capacity of a simulated GPU node besides its GPUs: enough CPU and memory that GPUs are
-// what runs out, as on a real 8-GPU server.
+// Capacity of a simulated GPU node besides its GPUs, an 8-GPU server's (HGX H100 class: two
+// 96-core CPUs, 2 TiB of memory, about 30 TB of local NVMe), so manifests written for real
+// nodes fit and GPUs are what runs out.
 const (
-	nodeCPU    = "192"
-	nodeMemory = "2Ti"
+	nodeCPU     = "192"
+	nodeMemory  = "2Ti"
+	nodeStorage = "30T"
 )
 
 // Fabric is a two-tier leaf/spine network of GPU nodes, alike but for their GPU product,
@@ -113,7 +115,7 @@ func (f Fabric) spineProduct(s int) string {
 }
 
 func (f Fabric) nodeShape(spine int) NodeShape {
-	shape := NodeShape{CPU: nodeCPU, Memory: nodeMemory, GPUs: int64(f.GPUsPerNode)}
+	shape := NodeShape{CPU: nodeCPU, Memory: nodeMemory, EphemeralStorage: nodeStorage, GPUs: int64(f.GPUsPerNode)}
 	if f.CPU != "" {
 		shape.CPU = f.CPU
 	}

@@ -22,6 +22,8 @@ const (
 type NodeShape struct {
 	CPU    string // e.g. "64"
 	Memory string // e.g. "512Gi"
+	// EphemeralStorage is the node's local ephemeral storage, e.g. "30T"; empty offers none.
+	EphemeralStorage string
 	GPUs   int64
 	Pods   int // 0 means 110, the kubelet's default
 
@@ -43,6 +45,9 @@ func NewNode(name string, shape NodeShape, labels map[string]string) *corev1.Nod
 		corev1.ResourceCPU:    resource.MustParse(shape.CPU),
 		corev1.ResourceMemory: resource.MustParse(shape.Memory),
 		corev1.ResourcePods:   resource.MustParse(strconv.Itoa(pods)),
+	}
+	if shape.EphemeralStorage != "" {
+		capacity[corev1.ResourceEphemeralStorage] = resource.MustParse(shape.EphemeralStorage)
 	}
 	if shape.GPUs > 0 {
 		capacity[GPUResource] = *resource.NewQuantity(shape.GPUs, resource.DecimalSI)
