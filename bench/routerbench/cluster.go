@@ -173,9 +173,10 @@ type routerHandle struct {
 
 // startRouter runs a router with the given picking policy and waits until it answers a
 // request, so its view holds the pods before any load is measured.
-func (c *cluster) startRouter(ctx context.Context, policy pick.Policy, scorers string, probeBody []byte) (*routerHandle, error) {
+// scrapeInterval 0 keeps the router's default (1s).
+func (c *cluster) startRouter(ctx context.Context, policy pick.Policy, scorers string, scrapeInterval time.Duration, probeBody []byte) (*routerHandle, error) {
 	r, err := router.New(c.cp.RESTConfig(), router.Options{
-		Addr: "127.0.0.1:0", Policy: policy, Scorers: scorers, ShutdownTimeout: 5 * time.Second,
+		Addr: "127.0.0.1:0", Policy: policy, Scorers: scorers, ShutdownTimeout: 5 * time.Second, ScrapeInterval: scrapeInterval,
 	}, logr.Discard())
 	if err != nil {
 		return nil, err

@@ -46,8 +46,8 @@ type path struct {
 // pathResult holds one path's figures from every run.
 type pathResult struct {
 	maxRPS, ratio, load, p50, p99, addedP50, addedP99 []float64
-	errs                                        int64
-	firstErr                                    error
+	errs                                              int64
+	firstErr                                          error
 }
 
 // runOverhead measures what a proxy costs on engines that answer in microseconds: max
@@ -82,12 +82,12 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 		return "", err
 	}
 	defer ngx.stop()
-	rr, err := c.startRouter(ctx, pick.RoundRobin, "", overheadBody)
+	rr, err := c.startRouter(ctx, pick.RoundRobin, "", 0, overheadBody)
 	if err != nil {
 		return "", err
 	}
 	defer rr.stop()
-	scored, err := c.startRouter(ctx, pick.Scored, pick.DefaultScorers, overheadBody)
+	scored, err := c.startRouter(ctx, pick.Scored, pick.DefaultScorers, 0, overheadBody)
 	if err != nil {
 		return "", err
 	}

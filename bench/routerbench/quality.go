@@ -168,7 +168,7 @@ func runQuality(ctx context.Context, c *cluster, cfg qualityConfig) (string, err
 	fmt.Fprintf(&b, "### Quality: %d engines, %d system prompts of %d tokens, %d users, %d requests per configuration, %d run(s)\n\n",
 		cfg.engines, cfg.prompts, cfg.systemTokens, cfg.users, cfg.requests, cfg.runs)
 	fmt.Fprintf(&b, "Poisson arrivals at %.1f requests/s (simulated), %.0f%% of what the engines serve at round robin's expected hit rate (estimated %s per request); "+
-		"user messages of %d tokens, %d tokens out, streamed. Engines: prefill %s/token, decode step %s + %s/sequence, prefix cache %d blocks (%.1f prompts) each; TimeScale %.3f. "+
+		"user messages of %d tokens, %d tokens out, streamed. Engines: prefill %s/token, decode step %s + %s/sequence, prefix cache %d blocks (%.1f prompts) each; TimeScale %.3f (the router scrapes every simulated second). "+
 		"TTFT in simulated ms, measured by the client from each request's due time. Medians of %d run(s).\n\n",
 		perSec, 100*cfg.load, service.Round(time.Millisecond), cfg.userTokens, cfg.maxTokens, prefillPerToken, decodeBase, decodePerSeq,
 		cacheBlocks, cfg.cachePrompts, timeScale, cfg.runs)
@@ -217,7 +217,9 @@ func qualityOnce(ctx context.Context, c *cluster, ecfg engine.Config, ips []stri
 	defer closeEngines(engines)
 	// The readiness probe is a one-token request with no system prompt: it leaves nothing
 	// in the prefix caches a later request could hit.
-	rt, err := c.startRouter(ctx, p.policy, p.scorers, overheadBody)
+	// The router scrapes once per simulated second (its default of 1s, scaled), so the
+	// engine metrics it scores on are as fresh, in engine time, as in a real cluster.
+	rt, err := c.startRouter(ctx, p.policy, p.scorers, time.Duration(float64(time.Second)*ecfg.TimeScale), overheadBody)
 	if err != nil {
 		return qualityOutcome{}, err
 	}

@@ -43,7 +43,8 @@ func TestInstallManifestsApply(t *testing.T) {
 		assert.NoError(t, err, "%s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
 	}
 	assert.Equal(t, 6, kinds["CustomResourceDefinition"], "Berth's six CRDs")
-	assert.Equal(t, 2, kinds["Deployment"], "berth-scheduler and berth-controller")
+	assert.Equal(t, 3, kinds["Deployment"], "berth-scheduler, berth-controller and berth-router")
 	assert.Equal(t, 1, kinds["ConfigMap"], "the scheduler's configuration")
-	assert.Equal(t, 2, kinds["ClusterRole"])
+	assert.Equal(t, 3, kinds["ClusterRole"], "one per component")
+	assert.Equal(t, 1, kinds["Service"], "the router's")
 }

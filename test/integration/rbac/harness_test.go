@@ -1,4 +1,4 @@
-// Package rbac runs berth-scheduler and berth-controller as the ServiceAccounts the shipped
+// Package rbac runs berth-scheduler, berth-controller and berth-router as the ServiceAccounts the shipped
 // manifests give them, against an apiserver that enforces RBAC: the other integration tests
 // run both as cluster admin, so a permission missing from manifests/ (one the binaries need
 // on a real cluster) would pass them all.
@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/go-logr/logr"
 	"os"
 	"path/filepath"
 	"sort"
@@ -38,6 +39,7 @@ import (
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
 	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -138,6 +140,7 @@ func installRBAC(t *testing.T, c client.Client) map[string]component {
 	}
 	require.Contains(t, components, "berth-scheduler")
 	require.Contains(t, components, "berth-controller")
+	require.Contains(t, components, "berth-router")
 	return components
 }
 
@@ -253,6 +256,24 @@ func startSystem(t *testing.T) *system {
 			panic(fmt.Sprintf("berth-controller exited: %v", err))
 		}
 	}()
+
+	// berth-router as its ServiceAccount: it must be able to watch routes, servers and pods.
+	rcfg := cp.RESTConfig()
+	rcfg.Impersonate = s.components["berth-router"].impersonate()
+	rt, err := router.New(rcfg, router.Options{Addr: "127.0.0.1:0"}, logr.Discard())
+	require.NoError(t, err)
+	running.Add(1)
+	go func() {
+		defer running.Done()
+		if err := rt.Run(ctx); err != nil && ctx.Err() == nil {
+			panic(fmt.Sprintf("berth-router exited: %v", err))
+		}
+	}()
+	select {
+	case <-rt.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("berth-router, as its ServiceAccount, did not sync routes, servers and pods within 30s")
+	}
 
 	kubelet := sim.NewKubelet(s.kube, 200*time.Millisecond)
 	running.Add(1)
