@@ -87,7 +87,7 @@ func TestPrefixIndexMatch(t *testing.T) {
 	x.Record(nil, "c")
 	assert.Equal(t, map[string]int{"a": 4, "b": 2}, x.Match([]uint64{1, 2, 3, 4, 5}))
 	assert.Equal(t, map[string]int{"a": 2, "b": 3}, x.Match([]uint64{1, 2, 9}))
-	assert.Empty(t, x.Match([]uint64{2, 3, 4}), "a match starts at the first block")
+	assert.Empty(t, x.Match([]uint64{99, 2, 3}), "a match starts at the first block")
 	// A block seen by an endpoint that did not have the blocks before it does not count.
 	x.Record([]uint64{7, 3}, "c")
 	assert.Equal(t, map[string]int{"a": 4, "b": 2}, x.Match([]uint64{1, 2, 3, 4}))
@@ -136,15 +136,15 @@ func TestPrefixIndexKeepsFourEndpointsPerBlock(t *testing.T) {
 	assert.Equal(t, []string{"c", "e", "a", "d"}, x.blocks[42].addrs)
 }
 
-// TestDefaultScorersKeepPromptsTogether runs a realistic mix through the default scorers:
-// 8 system prompts shared by many user requests over 4 endpoints, with a few requests
-// in flight at any time. Each system prompt should stick to one endpoint (its KV cache
-// there), and the prompts should spread over the endpoints.
-func TestDefaultScorersKeepPromptsTogether(t *testing.T) {
-	p := mustNew(t, Scored, DefaultScorers)
+// runPromptMix sends requests for 8 system prompts (16 blocks each, plus 2 blocks of
+// user text) through p over 4 endpoints, keeping window requests in flight; ttft gives the
+// time to first token a request sees, knowing whether its endpoint served its system
+// prompt before. It returns, per prompt, the requests each endpoint got.
+func runPromptMix(t *testing.T, p *Picker, window int, ttft func(rng *rand.Rand, hit bool) float64) []map[string]int {
+	t.Helper()
 	eps := endpoints(4)
 	rng := rand.New(rand.NewPCG(1, 2))
-	const prompts, requests, window = 8, 1600, 6
+	const prompts, requests = 8, 1600
 	systems := make([]string, prompts)
 	for i := range systems {
 		systems[i] = text(fmt.Sprintf("system prompt %d", i), 16*BlockBytes)
@@ -153,20 +153,34 @@ func TestDefaultScorersKeepPromptsTogether(t *testing.T) {
 	for i := range placed {
 		placed[i] = map[string]int{}
 	}
-	var open []func(float64)
+	type open struct {
+		done func(float64)
+		ttft float64
+	}
+	var inFlight []open
 	for n := range requests {
 		s := rng.IntN(prompts)
 		req := &Request{Model: "m", Prefix: HashPrompt(systems[s] + text(fmt.Sprint("user", n), 2*BlockBytes))}
 		addr := pickAddr(t, p, req, eps, noStats)
+		hit := placed[s][addr] > 0
 		placed[s][addr]++
-		open = append(open, p.Begin(req, addr))
-		if len(open) > window {
-			open[0](0.05 + 0.01*rng.Float64())
-			open = open[1:]
+		inFlight = append(inFlight, open{p.Begin(req, addr), ttft(rng, hit)})
+		if len(inFlight) > window {
+			inFlight[0].done(inFlight[0].ttft)
+			inFlight = inFlight[1:]
 		}
 	}
-	homes := map[string]int{}
-	for s, m := range placed {
+	for _, o := range inFlight {
+		o.done(o.ttft)
+	}
+	return placed
+}
+
+// homeShares returns each prompt's share of requests on its busiest endpoint, and how
+// many prompts each endpoint is home to.
+func homeShares(placed []map[string]int) (shares []float64, homes map[string]int) {
+	homes = map[string]int{}
+	for _, m := range placed {
 		best, total := "", 0
 		for addr, c := range m {
 			total += c
@@ -175,11 +189,26 @@ func TestDefaultScorersKeepPromptsTogether(t *testing.T) {
 			}
 		}
 		homes[best]++
-		assert.GreaterOrEqual(t, float64(m[best])/float64(total), 0.9, "prompt %d is spread: %v", s, m)
+		shares = append(shares, float64(m[best])/float64(total))
+	}
+	return shares, homes
+}
+
+// TestDefaultScorersKeepPromptsTogether runs a realistic mix through the default scorers:
+// 8 system prompts shared by many user requests over 4 equally fast endpoints, with a few
+// requests in flight at any time. Each system prompt should stick to one endpoint (its KV
+// cache there), and the prompts should spread over the endpoints.
+func TestDefaultScorersKeepPromptsTogether(t *testing.T) {
+	p := mustNew(t, Scored, DefaultScorers)
+	placed := runPromptMix(t, p, 6, func(*rand.Rand, bool) float64 { return 0.05 })
+	shares, homes := homeShares(placed)
+	for s, share := range shares {
+		assert.GreaterOrEqual(t, share, 0.9, "prompt %d is spread: %v", s, placed[s])
 	}
 	assert.GreaterOrEqual(t, len(homes), 3, "the prompts are spread over the endpoints: %v", homes)
 
 	t.Run("a loaded endpoint loses new prefixes", func(t *testing.T) {
+		eps := endpoints(4)
 		var busy []func(float64)
 		for range 30 {
 			busy = append(busy, p.Begin(&Request{}, "ep0"))
@@ -192,9 +221,17 @@ func TestDefaultScorersKeepPromptsTogether(t *testing.T) {
 			p.Begin(req, addr)(0.05)
 		}
 		assert.Zero(t, got["ep0"], "new prompts avoid the endpoint with 30 in flight: %v", got)
-		assert.Len(t, got, 3, "and spread over the idle ones: %v", got)
 		for _, d := range busy {
 			d(0.05)
 		}
+		// Idle again, ep0 takes new prompts again.
+		seen := map[string]bool{}
+		for n := range 200 {
+			req := &Request{Model: "m", Prefix: HashPrompt(text(fmt.Sprint("later prompt ", n), 10*BlockBytes))}
+			addr := pickAddr(t, p, req, eps, noStats)
+			seen[addr] = true
+			p.Begin(req, addr)(0.05)
+		}
+		assert.True(t, seen["ep0"])
 	})
 }

@@ -99,6 +99,30 @@ spec:
 		ids = append(ids, m.ID)
 	}
 	assert.Contains(t, ids, "llama-3.1")
+
+	// What happened is visible on the admin listener's /metrics; /healthz and /readyz answer.
+	metrics := get(t, "http://"+routers[0].AdminAddr()+"/metrics")
+	for _, series := range []string{
+		`berth_router_requests_total{model="llama-3.1",route="` + w.ns + `/llama",status="200"}`,
+		`berth_router_requests_total{model="no-such-model",route="",status="404"}`,
+		`berth_router_endpoint_picks_total{pod="llama-`,
+		`berth_router_time_to_first_token_seconds_count{model="llama-3.1",route="` + w.ns + `/llama"}`,
+	} {
+		assert.Contains(t, metrics, series)
+	}
+	assert.Equal(t, "ok\n", get(t, "http://"+routers[0].AdminAddr()+"/readyz"))
+	assert.Equal(t, "ok\n", get(t, "http://"+routers[0].Addr()+"/healthz"))
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+	return string(b)
 }
 
 // Each modelMatch kind selects its target; rules are tried in order; a request no rule
