@@ -23,10 +23,11 @@ import (
 	"github.com/berth-sh/berth/pkg/router/view"
 )
 
-// dialRetries is how many extra attempts a request gets when an endpoint refuses the
-// connection, whatever the retry policy: the request never reached an engine, so trying
-// another cannot run it twice, and it is what a pod that just went away looks like.
-const dialRetries = 2
+// freeRetries is how many extra attempts a request gets, whatever the retry policy, when an
+// endpoint refuses the connection or closes it before answering: the engine did not start
+// on it (or, at worst, started work that has no effect but compute), and it is what a pod
+// that just went away looks like.
+const freeRetries = 2
 
 // exchange is one request's journey, for the log line and metrics at its end.
 type exchange struct {
@@ -161,7 +162,7 @@ func (r *Router) limiterFor(rl *networkingv1alpha1.RateLimit) ratelimit.Limiter 
 func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.Request, x *exchange, server *view.Server,
 	preq *pick.Request, body []byte) (relayed proxy.Relayed, ok bool) {
 	tried := map[string]bool{}
-	policyAttempts, freeRetries := 1+server.RetryAttempts, dialRetries
+	policyAttempts, free := 1+server.RetryAttempts, freeRetries
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		x.attempts = attempt
@@ -183,8 +184,8 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 		} else {
 			resp, err = r.proxy.Send(ctx, target.url, req.URL.Path, req.Header, nil, body)
 		}
-		dialFailed := err != nil && proxy.DialFailed(err)
-		canRetry := attempt < policyAttempts || (dialFailed && freeRetries > 0)
+		goneAway := err != nil && ctx.Err() == nil && (proxy.DialFailed(err) || proxy.ClosedBeforeAnswer(err))
+		canRetry := attempt < policyAttempts || (goneAway && free > 0)
 		if (err == nil && !proxy.Retryable(ctx, resp, nil)) || !canRetry || !proxy.Retryable(ctx, resp, err) {
 			if err != nil {
 				ends(pick.Failed)
@@ -229,7 +230,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 			lastErr = fmt.Errorf("endpoint %s: %w", target.name, err)
 		}
 		if attempt >= policyAttempts {
-			freeRetries--
+			free--
 		}
 		r.metrics.retries.WithLabelValues(x.server, reason).Inc()
 		r.log.V(1).Info("retrying on another endpoint", "server", x.server, "failed", target.name, "reason", lastErr.Error(), "attempt", attempt)

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -104,6 +105,16 @@ func Retryable(ctx context.Context, resp *http.Response, err error) bool {
 func DialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// ClosedBeforeAnswer reports whether the engine closed the connection before any response
+// header: a kept-alive connection the engine closed as the request went out (an engine
+// shutting down closes its idle connections, as vLLM's server does on SIGTERM). Go's
+// transport retries that only for idempotent methods; an inference request has no side
+// effect besides compute, so the router may send it to another endpoint.
+func ClosedBeforeAnswer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		strings.Contains(err.Error(), "server closed idle connection")
 }
 
 // Discard reads and closes a response the client will not see, so its connection is reused.

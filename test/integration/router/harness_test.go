@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
@@ -26,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -108,7 +108,9 @@ func startSystem(t *testing.T) {
 
 		for i := range routers {
 			r, err := router.New(cfg, router.Options{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
-				MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second}, testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName(fmt.Sprintf("router-%d", i)))
+				MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second},
+				// Not a t-bound logger: the routers outlive the test that started them.
+				klog.Background().WithName(fmt.Sprintf("router-%d", i)))
 			require.NoError(t, err)
 			routers[i] = r
 			running.Add(1)
