@@ -178,7 +178,7 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 	if cfg.rate > 0 {
 		rateSays = "the rate given by -rate"
 	}
-	fmt.Fprintf(&b, "Engine alone (one connection, sequential): p50 %.3f ms, p99 %.3f ms. Latency columns at a fixed open-loop rate of %s (median rate %.0f requests/s; \"rate ÷ own max\" is how loaded that leaves each path); added = path − direct. Medians of %d run(s).\n\n",
+	fmt.Fprintf(&b, "Engine alone (one connection, sequential): p50 %.3f ms, p99 %.3f ms. Latency columns at a fixed open-loop rate, %s (median rate %.0f requests/s; \"rate ÷ own max\" is how loaded that leaves each path); added = path − direct. Medians of %d run(s).\n\n",
 		ms(engineAlone[0]), ms(engineAlone[1]), rateSays, median(rates), cfg.runs)
 	b.WriteString("| path | max requests/s | ÷ nginx | rate ÷ own max | p50 ms | p99 ms | added p50 ms | added p99 ms | errors |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")

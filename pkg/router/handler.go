@@ -131,7 +131,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		defer cancel()
 	}
 	preq := &pick.Request{Model: in.Model, Adapter: res.Adapter, Prefix: pick.HashPrompt(in.Prompt)}
-	relayed, ok := r.forward(ctx, w, req, x, server, preq, body)
+	relayed, ok := r.forward(ctx, w, req, x, server, preq, body, limiter != nil && limits.OutputPerUnit > 0)
 	if !ok {
 		return
 	}
@@ -160,7 +160,7 @@ func (r *Router) limiterFor(rl *networkingv1alpha1.RateLimit) ratelimit.Limiter 
 // forward sends the request to an endpoint of server, retrying on others while nothing has
 // reached the client, and relays the answer. ok is false when the client got an error.
 func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.Request, x *exchange, server *view.Server,
-	preq *pick.Request, body []byte) (relayed proxy.Relayed, ok bool) {
+	preq *pick.Request, body []byte, countTokens bool) (relayed proxy.Relayed, ok bool) {
 	tried := map[string]bool{}
 	policyAttempts, free := 1+server.RetryAttempts, freeRetries
 	var lastErr error
@@ -203,7 +203,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 				return relayed, false
 			}
 			w.Header().Set("X-Berth-Endpoint", target.name)
-			relayed = proxy.Relay(w, resp)
+			relayed = proxy.Relay(w, resp, countTokens)
 			ttft := math.NaN()
 			switch {
 			case relayed.Status >= 500 || relayed.Status == http.StatusTooManyRequests:
@@ -324,7 +324,9 @@ func (r *Router) finish(x *exchange) {
 	if x.status >= 500 || x.reason != "" {
 		log = r.log
 	}
-	logRequest(log, x)
+	if log.Enabled() {
+		logRequest(log, x)
+	}
 }
 
 func logRequest(log logr.Logger, x *exchange) {

@@ -112,7 +112,7 @@ func New(policy Policy, spec string, prefixBlocks int) (*Picker, error) {
 		w := 1.0
 		if ok {
 			var err error
-			if w, err = strconv.ParseFloat(weight, 64); err != nil || w < 0 || math.IsInf(w, 0) {
+			if w, err = strconv.ParseFloat(weight, 64); err != nil || w < 0 || math.IsInf(w, 0) || math.IsNaN(w) {
 				return nil, fmt.Errorf("scorer %q: weight %q is not a non-negative number", name, weight)
 			}
 		}

@@ -56,7 +56,10 @@ func (x *PrefixIndex) Record(hashes []uint64, addr string) {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for _, h := range hashes {
+	// Last block first, so the first block ends most recent: an old prompt then wears away
+	// from its end (its prefix still matches) instead of losing block 0 and with it all.
+	for i := len(hashes) - 1; i >= 0; i-- {
+		h := hashes[i]
 		e, ok := x.blocks[h]
 		if !ok {
 			e = &blockEntry{elem: x.lru.PushFront(h)}

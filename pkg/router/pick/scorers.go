@@ -3,24 +3,28 @@ package pick
 import "math"
 
 // leastRequests prefers the endpoint with the fewest requests: the larger of what this
-// router has in flight there and what the engine last reported running, plus its queue.
+// router has in flight there (current, but blind to other replicas) and what the engine last
+// reported running and queued (every replica's, but as old as the last scrape). Adding the
+// two would count this router's queued requests twice and keep an endpoint that has
+// drained since the scrape looking busy.
 type leastRequests struct{}
 
 func (leastRequests) Name() string { return LeastRequests }
 
+// loadFloor is the load below which differences count for little: scoring against at least
+// this many requests keeps one request in flight (0 against 1) from outweighing a cached
+// prefix when nothing queues, while real queues still dominate.
+const loadFloor = 8
+
 func (leastRequests) Score(_ *Request, cands []Candidate, out []float64) {
 	loads := make([]float64, len(cands))
-	maxLoad := 0.0
+	maxLoad := float64(loadFloor)
 	for i, c := range cands {
-		loads[i] = math.Max(float64(c.InFlight), c.Stats.Running) + c.Stats.Waiting
+		loads[i] = math.Max(float64(c.InFlight), c.Stats.Running+c.Stats.Waiting)
 		maxLoad = math.Max(maxLoad, loads[i])
 	}
 	for i := range cands {
-		if maxLoad == 0 {
-			out[i] = 1
-		} else {
-			out[i] = 1 - loads[i]/maxLoad
-		}
+		out[i] = 1 - loads[i]/maxLoad
 	}
 }
 
@@ -36,31 +40,33 @@ func (kvCache) Score(_ *Request, cands []Candidate, out []float64) {
 }
 
 // latency prefers the lowest recent time to first token: the router's own observation when
-// it has one (current), else the engine's histogram average. Unknown counts as the middle.
+// it has one (current), else the engine's histogram average. The score is the ratio to the
+// fastest (fastest/own), so a millisecond of jitter between equal endpoints scores almost
+// the same and only real slowness counts. Unknown counts as the middle.
 type latency struct{}
 
 func (latency) Name() string { return Latency }
 
 func (latency) Score(_ *Request, cands []Candidate, out []float64) {
 	ttft := make([]float64, len(cands))
-	lo, hi := math.Inf(1), math.Inf(-1)
+	lo := math.Inf(1)
 	for i, c := range cands {
 		ttft[i] = c.ObservedTTFT
 		if math.IsNaN(ttft[i]) {
 			ttft[i] = c.Stats.TTFT
 		}
 		if !math.IsNaN(ttft[i]) {
-			lo, hi = math.Min(lo, ttft[i]), math.Max(hi, ttft[i])
+			lo = math.Min(lo, ttft[i])
 		}
 	}
 	for i := range cands {
 		switch {
 		case math.IsNaN(ttft[i]):
 			out[i] = 0.5
-		case hi-lo < 1e-9:
+		case ttft[i] <= 1e-6:
 			out[i] = 1
 		default:
-			out[i] = (hi - ttft[i]) / (hi - lo)
+			out[i] = math.Max(lo, 1e-6) / ttft[i]
 		}
 	}
 }

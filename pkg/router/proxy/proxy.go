@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -142,8 +143,14 @@ type Relayed struct {
 // usageCap bounds how much of a non-streaming body is kept to read its usage.
 const usageCap = 4 << 20
 
-// Relay writes resp to w, flushing each chunk as it arrives, and closes resp.Body.
-func Relay(w http.ResponseWriter, resp *http.Response) Relayed {
+// relayBuffers are reused across requests: a fresh 32 KiB buffer per request was the
+// largest allocation on the router's path.
+var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// Relay writes resp to w, flushing each chunk of a stream as it arrives, and closes
+// resp.Body. With countTokens it also counts the output tokens (for rate limits); without,
+// it does not read the body's JSON at all.
+func Relay(w http.ResponseWriter, resp *http.Response, countTokens bool) Relayed {
 	defer resp.Body.Close()
 	copyHeader(w.Header(), resp.Header)
 	w.Header().Del("Content-Length") // may change if the engine sent it chunked; let net/http decide
@@ -156,7 +163,9 @@ func Relay(w http.ResponseWriter, resp *http.Response) Relayed {
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	var counter tokenCounter
 	var kept bytes.Buffer
-	buf := make([]byte, 32<<10)
+	bp := relayBuffers.Get().(*[]byte)
+	defer relayBuffers.Put(bp)
+	buf := *bp
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
@@ -168,10 +177,13 @@ func Relay(w http.ResponseWriter, resp *http.Response) Relayed {
 				return out
 			}
 			out.Bytes += int64(n)
-			if stream {
+			switch {
+			case stream:
 				_ = rc.Flush()
-				counter.feed(buf[:n])
-			} else if kept.Len() < usageCap {
+				if countTokens {
+					counter.feed(buf[:n])
+				}
+			case countTokens && kept.Len() < usageCap:
 				kept.Write(buf[:n])
 			}
 		}
@@ -183,9 +195,11 @@ func Relay(w http.ResponseWriter, resp *http.Response) Relayed {
 			break
 		}
 	}
-	if stream {
+	switch {
+	case !countTokens:
+	case stream:
 		out.OutputTokens = counter.tokens()
-	} else {
+	default:
 		out.OutputTokens = usageOf(kept.Bytes())
 	}
 	return out
@@ -209,23 +223,34 @@ func usageOf(body []byte) int64 {
 // tokenCounter reads SSE "data:" lines as they pass.
 type tokenCounter struct {
 	partial []byte
-	chunks  int64
-	usage   int64
-	sawUse  bool
+	// skipping: the current line grew past usageCap; it is dropped up to its newline (a
+	// chunk that large is no token chunk, and keeping it would let a stream grow memory).
+	skipping bool
+	chunks   int64
+	usage    int64
+	sawUse   bool
 }
 
 func (c *tokenCounter) feed(p []byte) {
-	c.partial = append(c.partial, p...)
-	for {
-		i := bytes.IndexByte(c.partial, '\n')
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
-			break
+			if !c.skipping {
+				c.partial = append(c.partial, p...)
+				if len(c.partial) > usageCap {
+					c.partial, c.skipping = c.partial[:0], true
+				}
+			}
+			return
 		}
-		c.line(c.partial[:i])
-		c.partial = c.partial[i+1:]
-	}
-	if len(c.partial) > usageCap { // a line that never ends is not SSE; stop keeping it
-		c.partial = nil
+		if !c.skipping {
+			c.partial = append(c.partial, p[:i]...)
+			if len(c.partial) <= usageCap {
+				c.line(c.partial)
+			}
+		}
+		c.partial, c.skipping = c.partial[:0], false
+		p = p[i+1:]
 	}
 }
 

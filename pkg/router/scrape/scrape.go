@@ -36,8 +36,9 @@ type Metrics struct {
 	TTFTCount uint64
 }
 
-// Parse reads a Prometheus text exposition. Series of every model_name are summed: one
-// engine serves one base model, and its adapters share its queue and cache.
+// Parse reads a Prometheus text exposition. Request counts of every series (every
+// model_name, every rank) add up: one engine serves one base model, and its adapters share
+// its queue and cache. KV-cache usage, a fraction, is averaged over its series.
 func Parse(r io.Reader) (Metrics, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(r)
@@ -45,9 +46,13 @@ func Parse(r io.Reader) (Metrics, error) {
 		return Metrics{}, err
 	}
 	var m Metrics
-	m.Running = gauge(families, runningNames)
-	m.Waiting = gauge(families, waitingNames)
-	m.KVUsage = gauge(families, kvUsageNames)
+	m.Running, _ = gauge(families, runningNames)
+	m.Waiting, _ = gauge(families, waitingNames)
+	// Usage is a fraction per series (one per data-parallel rank on some engines): average
+	// it, where request counts add up.
+	if total, n := gauge(families, kvUsageNames); n > 0 {
+		m.KVUsage = total / float64(n)
+	}
 	for _, name := range ttftNames {
 		if f := families[name]; f != nil {
 			for _, s := range f.GetMetric() {
@@ -62,13 +67,13 @@ func Parse(r io.Reader) (Metrics, error) {
 	return m, nil
 }
 
-func gauge(families map[string]*dto.MetricFamily, names []string) float64 {
+// gauge sums the samples of the first family present among names, and counts them.
+func gauge(families map[string]*dto.MetricFamily, names []string) (total float64, n int) {
 	for _, name := range names {
 		f := families[name]
 		if f == nil {
 			continue
 		}
-		total := 0.0
 		for _, s := range f.GetMetric() {
 			switch {
 			case s.GetGauge() != nil:
@@ -77,11 +82,14 @@ func gauge(families map[string]*dto.MetricFamily, names []string) float64 {
 				total += s.GetCounter().GetValue()
 			case s.GetUntyped() != nil:
 				total += s.GetUntyped().GetValue()
+			default:
+				continue
 			}
+			n++
 		}
-		return total
+		return total, n
 	}
-	return 0
+	return 0, 0
 }
 
 // Stats is the latest knowledge of one endpoint.
