@@ -24,8 +24,8 @@ type NodeShape struct {
 	Memory string // e.g. "512Gi"
 	// EphemeralStorage is the node's local ephemeral storage, e.g. "30T"; empty offers none.
 	EphemeralStorage string
-	GPUs   int64
-	Pods   int // 0 means 110, the kubelet's default
+	GPUs             int64
+	Pods             int // 0 means 110, the kubelet's default
 
 	// Optional GPU description, written as the labels GPU feature discovery would write
 	// when non-empty; labels passed to NewNode win over them.
