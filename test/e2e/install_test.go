@@ -37,6 +37,7 @@ func TestKindOverlayIsManifestsWithLocalImages(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"berth-scheduler":  "ghcr.io/berth-sh/berth-scheduler:e2e",
 		"berth-controller": "ghcr.io/berth-sh/berth-controller:e2e",
+		"berth-router":     "ghcr.io/berth-sh/berth-router:e2e",
 	}, images, "docs/kind.md builds and loads these tags")
 }
 
