@@ -39,6 +39,7 @@ func main() {
 	conc := flag.Int("concurrency", 64, "overhead: closed-loop clients")
 	dur := flag.Duration("duration", 10*time.Second, "overhead: length of each measurement")
 	cpuProfile := flag.String("cpuprofile", "", "overhead: write a CPU profile of each path's first closed loop to PREFIX-<path>.pprof and print CPU per request by component")
+	inProcess := flag.Bool("router-in-process", false, "overhead: run berth-router inside the benchmark's process instead of as its own (implied by -cpuprofile)")
 	rate := flag.Float64("rate", 0, "overhead: open-loop rate in requests/s (0: half nginx's max in the same run)")
 	warm := flag.Duration("warmup", 3*time.Second, "overhead: closed-loop warm-up before each measurement")
 
@@ -67,7 +68,7 @@ func main() {
 
 	var tables []string
 	if *doOverhead {
-		t, err := runOverhead(ctx, c, overheadConfig{engines: *engines, conc: *conc, warm: *warm, dur: *dur, runs: *runs, nginx: *nginxBin, cpuProfile: *cpuProfile, rate: *rate})
+		t, err := runOverhead(ctx, c, overheadConfig{engines: *engines, conc: *conc, warm: *warm, dur: *dur, runs: *runs, nginx: *nginxBin, cpuProfile: *cpuProfile, rate: *rate, inProcess: *inProcess || *cpuProfile != ""})
 		if err != nil {
 			c.stop()
 			must(err)

@@ -31,6 +31,9 @@ type overheadConfig struct {
 	cpuProfile string
 	// rate, when set, replaces half nginx's max as the open-loop rate.
 	rate float64
+	// inProcess runs berth-router inside the benchmark's process (needed for cpuProfile's
+	// split by component) instead of as its own process, as nginx runs.
+	inProcess bool
 }
 
 // overheadBody is the smallest useful chat request: one token out, non-streaming.
@@ -82,12 +85,29 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 		return "", err
 	}
 	defer ngx.stop()
-	rr, err := c.startRouter(ctx, pick.RoundRobin, "", 0, overheadBody)
+	start := func(policy pick.Policy, scorers string) (*routerHandle, error) {
+		return c.startRouter(ctx, policy, scorers, 0, overheadBody)
+	}
+	if !cfg.inProcess {
+		dir, err := os.MkdirTemp("", "routerbench-")
+		if err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(dir)
+		bin, err := buildRouter(dir)
+		if err != nil {
+			return "", err
+		}
+		start = func(policy pick.Policy, scorers string) (*routerHandle, error) {
+			return c.startRouterProcess(ctx, bin, dir, policy, scorers, overheadBody)
+		}
+	}
+	rr, err := start(pick.RoundRobin, "")
 	if err != nil {
 		return "", err
 	}
 	defer rr.stop()
-	scored, err := c.startRouter(ctx, pick.Scored, pick.DefaultScorers, 0, overheadBody)
+	scored, err := start(pick.Scored, pick.DefaultScorers)
 	if err != nil {
 		return "", err
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
 
@@ -305,10 +309,19 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-// Pods of a ModelServing are deleted and replaced while clients stream through both
-// routers: no request fails, because a terminating pod takes no new request, refused
-// connections are retried on another endpoint, and engines finish in-flight streams.
+// Pods of a ModelServing are deleted and replaced, and the ModelServing scaled, while
+// clients stream through both routers: no request fails, because a terminating pod takes no
+// new request, refused or dropped connections are retried on another endpoint, and engines
+// finish in-flight streams. Stream lengths, the victims and the pauses come from a seed
+// (BERTH_SEED to replay one); a watch checks the whole run that the router never offers a
+// terminating pod.
 func TestPodsComeAndGoUnderLoad(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("BERTH_SEED"); v != "" {
+		seed, _ = strconv.ParseInt(v, 10, 64)
+	}
+	t.Logf("seed %d (BERTH_SEED=%d replays it)", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 11))
 	w := newWorld(t, 1)
 	w.apply(`
 apiVersion: workload.serving.volcano.sh/v1alpha1
@@ -346,11 +359,32 @@ spec:
   rules: [{targetModels: [{modelServerName: churn}]}]
 `)
 	w.waitEndpoints("churn", 3)
+
+	// The watch: every snapshot either router publishes holds only pods that are not being
+	// deleted (the apiserver is the judge).
 	ctx, stop := context.WithCancel(w.ctx)
+	var offeredTerminating atomic.Int64
+	go func() {
+		for ctx.Err() == nil {
+			for _, r := range routers {
+				if s := r.View().Snapshot().Server(w.ns, "churn"); s != nil {
+					for _, e := range s.Endpoints {
+						p, err := kube.CoreV1().Pods(w.ns).Get(ctx, e.Pod, metav1.GetOptions{})
+						if err == nil && p.DeletionTimestamp != nil && time.Since(p.DeletionTimestamp.Time) > time.Second {
+							offeredTerminating.Add(1) // a second is far longer than a watch event takes
+						}
+					}
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
 	var sent, failed atomic.Int64
 	var failures sync.Map
 	var clients sync.WaitGroup
 	for c := range 8 {
+		maxTokens := int64(5 + rng.IntN(40))
 		clients.Add(1)
 		go func() {
 			defer clients.Done()
@@ -359,36 +393,46 @@ spec:
 				sent.Add(1)
 				stream := oc.Chat.Completions.NewStreaming(w.ctx, openai.ChatCompletionNewParams{
 					Model: "base-model", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("c%d r%d", c, i))},
-					MaxTokens: openai.Int(20)})
-				tokens := 0
+					MaxTokens: openai.Int(maxTokens)})
+				tokens := int64(0)
 				for stream.Next() {
 					if ch := stream.Current(); len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
 						tokens++
 					}
 				}
-				if err := stream.Err(); err != nil || tokens != 20 {
+				if err := stream.Err(); err != nil || tokens != maxTokens {
 					failed.Add(1)
-					failures.Store(fmt.Sprintf("c%d r%d", c, i), fmt.Sprintf("tokens=%d err=%v", tokens, err))
+					failures.Store(fmt.Sprintf("c%d r%d", c, i), fmt.Sprintf("tokens=%d/%d err=%v", tokens, maxTokens, err))
 				}
 			}
 		}()
 	}
-	deleted := 0
-	for round := range 4 {
-		time.Sleep(700 * time.Millisecond)
-		pods := w.podsOf("churn")
-		require.NotEmpty(t, pods)
-		victim := pods[round%len(pods)]
-		require.NoError(t, kube.CoreV1().Pods(w.ns).Delete(w.ctx, victim, metav1.DeleteOptions{}))
-		deleted++
-		w.eventually("the ModelServing is back to 3 Ready pods", 30*time.Second, func() bool { return len(w.readyPodsOf("churn")) == 3 })
+	replicas, changes := int32(3), 0
+	for round := range 5 {
+		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+		if round == 2 { // scale out by one, then keep replacing pods
+			replicas = 4
+			ms := &workloadv1alpha1.ModelServing{}
+			require.NoError(t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "churn"}, ms))
+			ms.Spec.Replicas = &replicas
+			require.NoError(t, cl.Update(w.ctx, ms))
+		} else {
+			pods := w.podsOf("churn")
+			require.NotEmpty(t, pods)
+			victim := pods[rng.IntN(len(pods))]
+			require.NoError(t, kube.CoreV1().Pods(w.ns).Delete(w.ctx, victim, metav1.DeleteOptions{}))
+		}
+		changes++
+		w.eventually(fmt.Sprintf("the ModelServing is back to %d Ready pods", replicas), 30*time.Second,
+			func() bool { return len(w.readyPodsOf("churn")) == int(replicas) })
 	}
 	time.Sleep(500 * time.Millisecond)
 	stop()
 	clients.Wait()
 	failures.Range(func(k, v any) bool { t.Logf("failed %s: %s", k, v); return true })
-	t.Logf("%d streamed requests while %d pods were replaced", sent.Load(), deleted)
-	assert.Zero(t, failed.Load(), "no request is lost to a deleted pod")
+	t.Logf("%d streamed requests through %d changes (seed %d)", sent.Load(), changes, seed)
+	assert.Zero(t, failed.Load(), "no request is lost to a deleted pod (seed %d)", seed)
+	assert.Zero(t, offeredTerminating.Load(), "a router offered a pod deleted over a second before")
 	assert.Greater(t, sent.Load(), int64(50))
 }
 
