@@ -90,6 +90,13 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		fail(http.StatusServiceUnavailable, "no_target", "", err.Error())
 		return
 	}
+	// The target is checked before the rate limit: a request nothing can serve spends no budget.
+	server := snap.Server(res.Route.Namespace, res.Target)
+	x.server = res.Route.Namespace + "/" + res.Target
+	if server == nil {
+		fail(http.StatusServiceUnavailable, "model_server_not_found", "", fmt.Sprintf("ModelRoute %s rule %s sends to ModelServer %s, which does not exist", x.route, res.RuleName, x.server))
+		return
+	}
 	rl := res.Route.Spec.RateLimit
 	limits, err := ratelimit.LimitsFrom(rl)
 	if err != nil {
@@ -112,12 +119,6 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 
-	server := snap.Server(res.Route.Namespace, res.Target)
-	x.server = res.Route.Namespace + "/" + res.Target
-	if server == nil {
-		fail(http.StatusServiceUnavailable, "model_server_not_found", "", fmt.Sprintf("ModelRoute %s rule %s sends to ModelServer %s, which does not exist", x.route, res.RuleName, x.server))
-		return
-	}
 	if server.Model != "" && !res.Adapter && in.Model != server.Model {
 		if body, err = request.Rewrite(body, map[string]any{"model": server.Model}); err != nil {
 			fail(http.StatusBadRequest, "invalid_request", "", err.Error())

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/router/match"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
 
@@ -484,4 +485,30 @@ func (w *world) readyPodsOf(ms string) []string {
 		}
 	}
 	return out
+}
+
+// A route whose target ModelServer does not exist answers 503 naming it, and spends none of
+// the route's rate limit.
+func TestMissingModelServer(t *testing.T) {
+	w := newWorld(t, 0)
+	w.apply(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: dangling}
+spec:
+  modelName: dangling
+  rules: [{name: only, targetModels: [{modelServerName: not-there}]}]
+  rateLimit: {inputTokensPerUnit: 10, unit: hour}
+`)
+	w.eventually("the routers know the route", 10*time.Second, func() bool {
+		_, err := routers[0].View().Snapshot().Routes.Match(match.Input{Model: "dangling", Path: "/v1/chat/completions"}, func(uint64) uint64 { return 0 })
+		return err == nil
+	})
+	for range 3 { // 3 × ~7 estimated tokens would exceed the limit of 10 if they were charged
+		_, _, err := chat(w.ctx, client_(0), "dangling", "x")
+		var apiErr *openai.Error
+		require.ErrorAs(t, err, &apiErr)
+		assert.Equal(t, http.StatusServiceUnavailable, apiErr.StatusCode)
+		assert.Contains(t, apiErr.Message, "ModelServer "+w.ns+"/not-there")
+	}
 }
