@@ -135,6 +135,7 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		ready:   make(chan struct{}),
 	}
+	r.scraper.OwnLoad = picker.InFlight
 	return r, nil
 }
 

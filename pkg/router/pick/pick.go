@@ -150,6 +150,17 @@ func (p *Picker) state(addr string) *endpointState {
 	return st
 }
 
+// InFlight is how many requests this router has open to addr now.
+func (p *Picker) InFlight(addr string) int64 {
+	p.mu.Lock()
+	st, ok := p.inflight[addr]
+	p.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return st.inflight.Load()
+}
+
 // Forget drops state of endpoints not in keep (called when the endpoint set changes).
 func (p *Picker) Forget(keep map[string]*view.Endpoint) {
 	p.mu.Lock()

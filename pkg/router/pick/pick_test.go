@@ -289,3 +289,24 @@ func TestForgetKeepsBusyEndpoints(t *testing.T) {
 	p.Forget(map[string]*view.Endpoint{})
 	assert.True(t, math.IsNaN(p.Candidates(eps, noStats, nil)[1].ObservedTTFT), "idle now, so forgotten")
 }
+
+// A scrape that counted this router's own requests does not keep an endpoint busy once
+// they finished: only the other replicas' share of the scraped load counts, plus what this
+// router has in flight now.
+func TestLeastRequestsCountsOtherReplicasOnce(t *testing.T) {
+	p := mustNew(t, Scored, LeastRequests)
+	eps := endpoints(2)
+	stats := statsOf(map[string]scrape.Stats{
+		// 6 running at the scrape, all of them this router's (since finished).
+		eps[0].Address: {Metrics: scrape.Metrics{Running: 6}, OwnAtScrape: 6, TTFT: math.NaN()},
+		// 3 running at the scrape, none of them this router's: another replica's load.
+		eps[1].Address: {Metrics: scrape.Metrics{Running: 3}, OwnAtScrape: 0, TTFT: math.NaN()},
+	})
+	assert.Equal(t, eps[0].Address, pickAddr(t, p, &Request{}, eps, stats))
+	// Now this router sends 4 there: 4 > 3.
+	for range 4 {
+		p.Begin(&Request{}, eps[0].Address)
+	}
+	assert.Equal(t, eps[1].Address, pickAddr(t, p, &Request{}, eps, stats))
+	assert.EqualValues(t, 4, p.InFlight(eps[0].Address))
+}

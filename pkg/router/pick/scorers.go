@@ -2,11 +2,11 @@ package pick
 
 import "math"
 
-// leastRequests prefers the endpoint with the fewest requests: the larger of what this
-// router has in flight there (current, but blind to other replicas) and what the engine last
-// reported running and queued (every replica's, but as old as the last scrape). Adding the
-// two would count this router's queued requests twice and keep an endpoint that has
-// drained since the scrape looking busy.
+// leastRequests prefers the endpoint with the fewest requests: this router's own in flight
+// now (current), plus what other router replicas had there at the last scrape (the engine's
+// running and waiting then, minus this router's in flight then). Taking the scraped total as
+// current instead keeps an endpoint that has drained since the scrape looking busy for a
+// whole interval and herds traffic onto the others.
 type leastRequests struct{}
 
 func (leastRequests) Name() string { return LeastRequests }
@@ -20,7 +20,8 @@ func (leastRequests) Score(_ *Request, cands []Candidate, out []float64) {
 	loads := make([]float64, len(cands))
 	maxLoad := float64(loadFloor)
 	for i, c := range cands {
-		loads[i] = math.Max(float64(c.InFlight), c.Stats.Running+c.Stats.Waiting)
+		others := math.Max(0, c.Stats.Running+c.Stats.Waiting-c.Stats.OwnAtScrape)
+		loads[i] = float64(c.InFlight) + others
 		maxLoad = math.Max(maxLoad, loads[i])
 	}
 	for i := range cands {

@@ -104,12 +104,19 @@ type Stats struct {
 	Updated time.Time
 	// Err is the last scrape's error, nil after a success.
 	Err error
+	// OwnAtScrape is how many requests this router had in flight to the endpoint when the
+	// last scrape answered (see Scraper.OwnLoad): Running+Waiting minus it estimates the
+	// load other router replicas put there.
+	OwnAtScrape float64
 }
 
 // Scraper polls every endpoint it is given.
 type Scraper struct {
 	interval time.Duration
 	client   *http.Client
+	// OwnLoad, when set before Sync, says how many requests this router has in flight to an
+	// address; it is sampled as each scrape answers (Stats.OwnAtScrape).
+	OwnLoad func(addr string) int64
 
 	mu      sync.RWMutex
 	targets map[string]*target // by address
@@ -165,6 +172,10 @@ func (s *Scraper) loop(ctx context.Context, addr string, t *target) {
 	defer tick.Stop()
 	for {
 		m, err := s.fetchMetrics(ctx, t.url)
+		own := 0.0
+		if s.OwnLoad != nil {
+			own = float64(s.OwnLoad(addr))
+		}
 		var adapters map[string]bool
 		if err == nil {
 			adapters, err = s.fetchAdapters(ctx, t.url)
@@ -179,7 +190,7 @@ func (s *Scraper) loop(ctx context.Context, addr string, t *target) {
 			if m.TTFTCount > st.TTFTCount {
 				st.TTFT = (m.TTFTSum - st.TTFTSum) / float64(m.TTFTCount-st.TTFTCount)
 			}
-			st.Metrics, st.Adapters, st.Updated = m, adapters, time.Now()
+			st.Metrics, st.Adapters, st.Updated, st.OwnAtScrape = m, adapters, time.Now(), own
 		}
 		t.stats = st
 		s.mu.Unlock()
