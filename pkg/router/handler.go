@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
@@ -270,7 +271,7 @@ func (r *Router) choose(server *view.Server, preq *pick.Request, tried map[strin
 	}
 	// Prefill first: its prefix cache is what a shared prompt reuses. Then a decode
 	// endpoint of the same PD group; a prefill whose group has no decode left is skipped.
-	excluded := maps(tried)
+	excluded := maps.Clone(tried)
 	for {
 		pc := r.picker.Candidates(server.Prefill, stats, excluded)
 		i := r.picker.Pick(preq, pc)
@@ -304,14 +305,6 @@ func (r *Router) choose(server *view.Server, preq *pick.Request, tried map[strin
 				endD(ttft)
 			}, nil
 	}
-}
-
-func maps(m map[string]bool) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // finish logs and counts a finished request.

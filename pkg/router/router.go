@@ -15,7 +15,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -101,9 +100,6 @@ type Router struct {
 	redis   *ratelimit.Clients
 	metrics *metrics
 
-	rngMu sync.Mutex
-	rng   *rand.Rand
-
 	stopping atomic.Bool
 	ready    chan struct{}
 	addr     atomic.Pointer[string]
@@ -132,7 +128,6 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 		local:   ratelimit.NewLocal(time.Now),
 		redis:   ratelimit.NewClients(),
 		metrics: newMetrics(),
-		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		ready:   make(chan struct{}),
 	}
 	r.scraper.OwnLoad = picker.InFlight
@@ -274,8 +269,6 @@ func (r *Router) Run(ctx context.Context) error {
 	return nil
 }
 
-func (r *Router) uniform(n uint64) uint64 {
-	r.rngMu.Lock()
-	defer r.rngMu.Unlock()
-	return r.rng.Uint64N(n)
-}
+// uniform picks among weighted targets; math/rand/v2's top-level source is safe for
+// concurrent use without a lock of ours.
+func (r *Router) uniform(n uint64) uint64 { return rand.Uint64N(n) }

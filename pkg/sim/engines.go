@@ -194,7 +194,8 @@ func (e *Engines) sync(ctx context.Context) {
 // reconcilePod starts, restarts or stops one pod's engine.
 func (e *Engines) reconcilePod(ctx context.Context, p *corev1.Pod, servers []networkingv1alpha1.ModelServer) {
 	key := p.Namespace + "/" + p.Name
-	want, ok := engineConfig(p, servers)
+	ms := selecting(p, servers)
+	want, ok := engineConfig(p, ms)
 	if ok {
 		want.TimeScale = e.opts.TimeScale
 		want.Hub = e.hub
@@ -204,11 +205,17 @@ func (e *Engines) reconcilePod(ctx context.Context, p *corev1.Pod, servers []net
 	}
 	addr := ""
 	if ok {
-		addr = net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(portOf(p, servers))))
+		addr = net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(portOf(p, ms))))
 	}
 	e.mu.Lock()
 	cur := e.running[key]
 	if cur != nil && ok && cur.uid == string(p.UID) && cur.addr == addr && sameEngine(cur.config, want) {
+		e.mu.Unlock()
+		return
+	}
+	// The kubelet starts an engine (Ensure) before the pod's new status reaches this
+	// cache: a pod of the same UID seen without an IP yet is that lag, not a stop.
+	if cur != nil && !ok && cur.uid == string(p.UID) && p.Status.PodIP == "" && p.DeletionTimestamp == nil {
 		e.mu.Unlock()
 		return
 	}
@@ -219,7 +226,10 @@ func (e *Engines) reconcilePod(ctx context.Context, p *corev1.Pod, servers []net
 	if ok {
 		srv := engine.New(want)
 		if err := srv.Start(addr); err != nil {
-			klog.FromContext(ctx).Error(err, "sim engine: start", "pod", key, "addr", addr)
+			// Most likely the engine this one replaces still holds the address for a moment
+			// (it drains in the background): try again shortly.
+			klog.FromContext(ctx).Error(err, "sim engine: start; retrying", "pod", key, "addr", addr)
+			time.AfterFunc(100*time.Millisecond, e.markStale)
 		} else {
 			started = &runningEngine{uid: string(p.UID), addr: addr, config: want, server: srv}
 			e.running[key] = started
@@ -259,12 +269,11 @@ func (e *Engines) stopAll() {
 // engineConfig says whether a pod runs an engine and how it looks: a Running pod with an
 // IP, of a ModelServing or selected by a ModelServer (which then decides the engine kind,
 // served model and PD role).
-func engineConfig(p *corev1.Pod, servers []networkingv1alpha1.ModelServer) (engine.Config, bool) {
+func engineConfig(p *corev1.Pod, ms *networkingv1alpha1.ModelServer) (engine.Config, bool) {
 	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
 		return engine.Config{}, false
 	}
 	cfg := engine.Config{ID: p.Namespace + "/" + p.Name}
-	ms := selecting(p, servers)
 	_, ofServing := p.Labels[modelServingLabel]
 	if ms == nil && !ofServing {
 		return cfg, false
@@ -324,8 +333,8 @@ func selecting(p *corev1.Pod, servers []networkingv1alpha1.ModelServer) *network
 
 // portOf is the selecting ModelServer's workloadPort, else the pod's first TCP container
 // port, else 8000 (the router resolves endpoints the same way).
-func portOf(p *corev1.Pod, servers []networkingv1alpha1.ModelServer) int32 {
-	if ms := selecting(p, servers); ms != nil && ms.Spec.WorkloadPort != nil && ms.Spec.WorkloadPort.Port > 0 {
+func portOf(p *corev1.Pod, ms *networkingv1alpha1.ModelServer) int32 {
+	if ms != nil && ms.Spec.WorkloadPort != nil && ms.Spec.WorkloadPort.Port > 0 {
 		return ms.Spec.WorkloadPort.Port
 	}
 	for _, c := range p.Spec.Containers {

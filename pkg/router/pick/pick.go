@@ -81,7 +81,6 @@ type Picker struct {
 
 	mu       sync.Mutex
 	inflight map[string]*endpointState
-	rng      *rand.Rand
 }
 
 type endpointState struct {
@@ -93,8 +92,7 @@ type endpointState struct {
 // New builds a picker. spec is "name=weight,..." (see DefaultScorers); prefixBlocks
 // bounds the prefix index.
 func New(policy Policy, spec string, prefixBlocks int) (*Picker, error) {
-	p := &Picker{policy: policy, prefix: NewPrefixIndex(prefixBlocks), inflight: map[string]*endpointState{},
-		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	p := &Picker{policy: policy, prefix: NewPrefixIndex(prefixBlocks), inflight: map[string]*endpointState{}}
 	switch policy {
 	case Scored, RoundRobin:
 	default:
@@ -210,15 +208,13 @@ func (p *Picker) Pick(req *Request, cands []Candidate) int {
 		}
 	}
 	best, ties := -1, 0
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	for i, s := range total {
 		switch {
 		case best < 0 || s > total[best]+1e-9:
 			best, ties = i, 1
 		case math.Abs(s-total[best]) <= 1e-9:
 			ties++
-			if p.rng.IntN(ties) == 0 { // reservoir sampling among equals
+			if rand.IntN(ties) == 0 { // reservoir sampling among equals
 				best = i
 			}
 		}

@@ -55,15 +55,9 @@ func NewLocal(now func() time.Time) *Local {
 
 // Admit implements [Limiter].
 func (s *Local) Admit(_ context.Context, key string, l Limits, inputTokens int64) (Decision, error) {
-	if err := l.Validate(); err != nil {
-		return failOpen(err)
-	}
-	if l.Unlimited() {
-		return Decision{Allowed: true}, nil
-	}
 	inputTokens = max(inputTokens, 0)
-	if d, ok := oversized(l, inputTokens); ok {
-		return d, nil
+	if d, done, err := precheck(l, inputTokens); done {
+		return d, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

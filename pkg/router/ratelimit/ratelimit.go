@@ -170,6 +170,23 @@ func failOpen(err error) (Decision, error) {
 	return Decision{Allowed: true, Reason: "rate limiter failed open: " + err.Error()}, err
 }
 
+// precheck decides what needs no bucket, the same for every limiter: invalid limits fail
+// open, unlimited routes pass, and a request larger than the whole input capacity is
+// refused. done is false when the buckets must decide.
+func precheck(l Limits, inputTokens int64) (d Decision, done bool, err error) {
+	if err := l.Validate(); err != nil {
+		d, err = failOpen(err)
+		return d, true, err
+	}
+	if l.Unlimited() {
+		return Decision{Allowed: true}, true, nil
+	}
+	if d, ok := oversized(l, inputTokens); ok {
+		return d, true, nil
+	}
+	return Decision{}, false, nil
+}
+
 // oversized returns the refusal of a request that can never fit, or false.
 func oversized(l Limits, inputTokens int64) (Decision, bool) {
 	if l.InputPerUnit <= 0 || inputTokens <= l.InputPerUnit {

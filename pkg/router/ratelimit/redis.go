@@ -116,15 +116,9 @@ func redisKeys(key string) []string {
 // error log and metric make the lapse visible. Output charged while Redis is
 // down is lost, not replayed.
 func (r *Redis) Admit(ctx context.Context, key string, l Limits, inputTokens int64) (Decision, error) {
-	if err := l.Validate(); err != nil {
-		return failOpen(err)
-	}
-	if l.Unlimited() {
-		return Decision{Allowed: true}, nil
-	}
 	inputTokens = max(inputTokens, 0)
-	if d, ok := oversized(l, inputTokens); ok {
-		return d, nil
+	if d, done, err := precheck(l, inputTokens); done {
+		return d, err
 	}
 	res, err := script.Run(ctx, r.client, redisKeys(key),
 		"admit", l.InputPerUnit, l.OutputPerUnit, l.Unit.Microseconds(), inputTokens).Slice()

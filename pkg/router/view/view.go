@@ -10,6 +10,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,10 @@ type View struct {
 	synced   atomic.Bool
 	mu       sync.Mutex
 	watchers []func(*Snapshot)
+	// routesKey identifies the ModelRoutes (name and resourceVersion of each) the current
+	// table was compiled from. Pod events are by far the most frequent; they reuse the
+	// table instead of compiling every rule's regexes again. Used by the Run goroutine only.
+	routesKey string
 }
 
 // Scheme knows the kinds the view reads.
@@ -203,13 +208,15 @@ func (v *View) markStale() {
 }
 
 func (v *View) rebuild(ctx context.Context) {
-	snap, err := v.build(ctx)
+	snap, routesChanged, err := v.build(ctx)
 	if err != nil {
 		v.log.Error(err, "rebuilding the routing view; keeping the previous one")
 		return
 	}
-	for _, e := range snap.RouteErrors {
-		v.log.Info("ModelRoute ignored", "reason", e.Error())
+	if routesChanged {
+		for _, e := range snap.RouteErrors {
+			v.log.Info("ModelRoute ignored", "reason", e.Error())
+		}
 	}
 	v.current.Store(snap)
 	v.mu.Lock()
@@ -220,29 +227,38 @@ func (v *View) rebuild(ctx context.Context) {
 	}
 }
 
-func (v *View) build(ctx context.Context) (*Snapshot, error) {
+func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ error) {
 	var routes networkingv1alpha1.ModelRouteList
 	if err := v.cache.List(ctx, &routes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var servers networkingv1alpha1.ModelServerList
 	if err := v.cache.List(ctx, &servers, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	podsByNS := map[string][]*corev1.Pod{}
 	snap := &Snapshot{Servers: map[types.NamespacedName]*Server{}, Endpoints: map[string]*Endpoint{}}
 	ptrs := make([]*networkingv1alpha1.ModelRoute, len(routes.Items))
+	keys := make([]string, len(routes.Items))
 	for i := range routes.Items {
 		ptrs[i] = &routes.Items[i]
+		keys[i] = ptrs[i].Namespace + "/" + ptrs[i].Name + "@" + ptrs[i].ResourceVersion
 	}
-	snap.Routes, snap.RouteErrors = match.NewTable(ptrs)
+	sort.Strings(keys)
+	if key := strings.Join(keys, ","); key != v.routesKey || !v.synced.Load() {
+		snap.Routes, snap.RouteErrors = match.NewTable(ptrs)
+		v.routesKey, routesChanged = key, true
+	} else {
+		prev := v.current.Load()
+		snap.Routes, snap.RouteErrors = prev.Routes, prev.RouteErrors
+	}
 	for i := range servers.Items {
 		ms := &servers.Items[i]
 		pods, ok := podsByNS[ms.Namespace]
 		if !ok {
 			var list corev1.PodList
 			if err := v.cache.List(ctx, &list, client.InNamespace(ms.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			for j := range list.Items {
 				pods = append(pods, &list.Items[j])
@@ -257,7 +273,7 @@ func (v *View) build(ctx context.Context) (*Snapshot, error) {
 			}
 		}
 	}
-	return snap, nil
+	return snap, routesChanged, nil
 }
 
 // Resolve turns a ModelServer and its namespace's pods into a Server. Only Ready pods with
@@ -292,6 +308,13 @@ func Resolve(ms *networkingv1alpha1.ModelServer, pods []*corev1.Pod) *Server {
 		}
 	}
 	base := labels.SelectorFromSet(sel.MatchLabels)
+	var prefillSel, decodeSel labels.Selector // nil: that role is not selected
+	if pd != nil && len(pd.PrefillLabels) > 0 {
+		prefillSel = labels.SelectorFromSet(pd.PrefillLabels)
+	}
+	if pd != nil && len(pd.DecodeLabels) > 0 {
+		decodeSel = labels.SelectorFromSet(pd.DecodeLabels)
+	}
 	scheme := "http"
 	var port int32
 	if wp := ms.Spec.WorkloadPort; wp != nil {
@@ -316,10 +339,10 @@ func Resolve(ms *networkingv1alpha1.ModelServer, pods []*corev1.Pod) *Server {
 		}
 		e.Group = value
 		switch {
-		case len(pd.PrefillLabels) > 0 && labels.SelectorFromSet(pd.PrefillLabels).Matches(labels.Set(p.Labels)):
+		case prefillSel != nil && prefillSel.Matches(labels.Set(p.Labels)):
 			e.Role = Prefill
 			s.Prefill = append(s.Prefill, e)
-		case len(pd.DecodeLabels) > 0 && labels.SelectorFromSet(pd.DecodeLabels).Matches(labels.Set(p.Labels)):
+		case decodeSel != nil && decodeSel.Matches(labels.Set(p.Labels)):
 			e.Role = Decode
 			s.Decode = append(s.Decode, e)
 		}
