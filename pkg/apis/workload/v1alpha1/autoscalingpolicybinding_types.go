@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -114,16 +115,93 @@ type MetricEndpoint struct {
 }
 
 // AutoscalingPolicyBindingStatus defines the status of a autoscaling policy binding.
+// It reports the autoscaler's last decision: what the metrics asked for, what it applied and
+// why the two differ (tolerance, stabilization, rate limits, bounds, panic mode).
 type AutoscalingPolicyBindingStatus struct {
 	// ObservedGeneration is the most recent generation the autoscaler acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// CurrentReplicas is the replica count of the target (the sum over an optimizer's
+	// targets) when the autoscaler last decided.
+	// +optional
+	CurrentReplicas int32 `json:"currentReplicas"`
+
+	// RecommendedReplicas is what the metrics asked for at the last decision, before
+	// stabilization, rate limits and panic mode; absent when no metric could be read.
+	// +optional
+	RecommendedReplicas *int32 `json:"recommendedReplicas,omitempty"`
+
+	// DesiredReplicas is the replica count the autoscaler applied (the sum over an
+	// optimizer's targets) at the last decision.
+	// +optional
+	DesiredReplicas *int32 `json:"desiredReplicas,omitempty"`
+
+	// PanicMode is true while the panic policy governs scale-up.
+	// +optional
+	PanicMode bool `json:"panicMode,omitempty"`
+
+	// PanicUntil is when panic mode ends unless a new burst extends it.
+	// +optional
+	PanicUntil *metav1.Time `json:"panicUntil,omitempty"`
+
+	// LastScaleTime is when the autoscaler last changed a target's replicas.
+	// +optional
+	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+
+	// LastDecisionTime is when the autoscaler last read the metrics and decided.
+	// +optional
+	LastDecisionTime *metav1.Time `json:"lastDecisionTime,omitempty"`
+
+	// Metrics are the values read at the last decision, one per policy metric.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Metrics []AutoscalingMetricStatus `json:"metrics,omitempty"`
+
+	// Targets are the replicas of each scaled object at the last decision.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Targets []AutoscalingTargetStatus `json:"targets,omitempty"`
 
 	// Conditions explain the autoscaler's last decision for this binding.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// AutoscalingMetricStatus is one metric as the autoscaler read it.
+type AutoscalingMetricStatus struct {
+	// Name is the policy's metricName.
+	Name string `json:"name"`
+	// Current is the value per ready pod (a gauge's average, a counter's rate per second).
+	// +optional
+	Current *resource.Quantity `json:"current,omitempty"`
+	// Target is the policy's targetValue.
+	Target resource.Quantity `json:"target"`
+	// Pods is how many ready pods reported the metric.
+	// +optional
+	Pods int32 `json:"pods"`
+	// DesiredReplicas is what this metric alone asks for.
+	// +optional
+	DesiredReplicas *int32 `json:"desiredReplicas,omitempty"`
+}
+
+// AutoscalingTargetStatus is one scaled object's replicas.
+type AutoscalingTargetStatus struct {
+	// Name is the target's name (namespace/name when it is in another namespace).
+	Name string `json:"name"`
+	// Kind is the target's kind.
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// CurrentReplicas is the target's scale.spec.replicas before the decision.
+	// +optional
+	CurrentReplicas int32 `json:"currentReplicas"`
+	// DesiredReplicas is what the autoscaler set.
+	// +optional
+	DesiredReplicas int32 `json:"desiredReplicas"`
 }
 
 // AutoscalingPolicyBinding is the Schema for the autoscalingpolicybindings API.
@@ -133,6 +211,11 @@ type AutoscalingPolicyBindingStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policyRef.name`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.scalingConfiguration.target.targetRef.name`
+// +kubebuilder:printcolumn:name="Current",type=integer,JSONPath=`.status.currentReplicas`
+// +kubebuilder:printcolumn:name="Recommended",type=integer,JSONPath=`.status.recommendedReplicas`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredReplicas`
+// +kubebuilder:printcolumn:name="Panic",type=boolean,JSONPath=`.status.panicMode`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type AutoscalingPolicyBinding struct {
 	metav1.TypeMeta   `json:",inline"`

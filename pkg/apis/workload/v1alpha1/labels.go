@@ -16,6 +16,20 @@ const (
 	// EntryLabel is "true" on the entry pod of a role replica.
 	EntryLabel = "modelserving.volcano.sh/entry"
 
+	// ModelBoosterNameLabel names the ModelBooster that an object (ModelServing, ModelServer,
+	// ModelRoute, AutoscalingPolicy, AutoscalingPolicyBinding) was generated from.
+	ModelBoosterNameLabel = "modelbooster.volcano.sh/name"
+	// ModelBoosterBackendLabel names the backend of the ModelBooster an object belongs to
+	// (absent on the objects shared by every backend: the ModelRoute and the optimizer's policy
+	// and binding).
+	ModelBoosterBackendLabel = "modelbooster.volcano.sh/backend"
+
+	// ScaleToZeroGracePeriodAnnotation on a scale target (for example a ModelServing) is the
+	// Go duration its autoscaler waits, with a recommendation of zero the whole time, before
+	// it takes the target from one replica to zero. ModelBooster sets it from a backend's
+	// scaleToZeroGracePeriod; any object with a scale subresource may carry it.
+	ScaleToZeroGracePeriodAnnotation = "autoscaling.berth.sh/scale-to-zero-grace-period"
+
 	// GroupSizeEnv is the number of pods of a role replica (workers + 1).
 	GroupSizeEnv = "GROUP_SIZE"
 	// EntryAddressEnv is the stable DNS name of the role replica's entry pod.
