@@ -1,13 +1,19 @@
 // Package controller assembles berth-controller: a controller-runtime manager with the
-// ModelServing reconciler. cmd/controller, the sandbox and the tests start it through here.
+// ModelServing, ModelBooster and autoscaling reconcilers. cmd/controller, the sandbox and the tests start it through here.
 package controller
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/scale"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -17,6 +23,7 @@ import (
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale/binding"
 	"github.com/berth-sh/berth/pkg/workload"
 )
 
@@ -30,6 +37,8 @@ type Options struct {
 	// (tests that kill and restart the controller); controller-runtime otherwise refuses to
 	// register a controller name twice.
 	InProcessRestart bool
+	// AutoscaleSyncPeriod is how often each AutoscalingPolicyBinding decides (default 15 s).
+	AutoscaleSyncPeriod time.Duration
 }
 
 // Scheme knows every kind the controller reads or writes.
@@ -80,5 +89,54 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ModelServing reconciler: %w", err)
 	}
+	if err := addAutoscaler(mgr, cfg, o); err != nil {
+		return nil, err
+	}
 	return mgr, nil
+}
+
+// addAutoscaler registers the AutoscalingPolicy and AutoscalingPolicyBinding reconcilers.
+// The binding reconciler scales through the scale subresource of whatever kind a binding
+// names, so it resolves kinds with discovery (cached; refreshed when a kind is unknown, as
+// CRDs come and go).
+func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("autoscaler discovery: %w", err)
+	}
+	cached := memory.NewMemCacheClient(disc)
+	scales, err := scale.NewForConfig(cfg, mgr.GetRESTMapper(), dynamic.LegacyAPIPathResolverFunc, refreshingScaleKindResolver{scale.NewDiscoveryScaleKindResolver(cached), cached})
+	if err != nil {
+		return fmt.Errorf("autoscaler scale client: %w", err)
+	}
+	if err := (&binding.PolicyReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("AutoscalingPolicy reconciler: %w", err)
+	}
+	if err := (&binding.Reconciler{
+		Client:     mgr.GetClient(),
+		APIReader:  mgr.GetAPIReader(),
+		Scales:     scales,
+		Mapper:     mgr.GetRESTMapper(),
+		Recorder:   mgr.GetEventRecorderFor("berth-autoscaler"),
+		SyncPeriod: o.AutoscaleSyncPeriod,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("AutoscalingPolicyBinding reconciler: %w", err)
+	}
+	return nil
+}
+
+// refreshingScaleKindResolver forgets cached discovery and asks again once when a kind's
+// scale subresource is not known: a CRD installed after the controller started.
+type refreshingScaleKindResolver struct {
+	scale.ScaleKindResolver
+	cache discovery.CachedDiscoveryInterface
+}
+
+func (r refreshingScaleKindResolver) ScaleForResource(gvr schema.GroupVersionResource) (schema.GroupVersionKind, error) {
+	gvk, err := r.ScaleKindResolver.ScaleForResource(gvr)
+	if err != nil {
+		r.cache.Invalidate()
+		return r.ScaleKindResolver.ScaleForResource(gvr)
+	}
+	return gvk, nil
 }

@@ -5,6 +5,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +39,12 @@ type Kubelet struct {
 
 // NewKubelet returns a simulated kubelet; call Run to start it.
 func NewKubelet(client kubernetes.Interface, startDelay time.Duration) *Kubelet {
-	return &Kubelet{client: client, startDelay: startDelay, started: map[string]bool{}}
+	k := &Kubelet{client: client, startDelay: startDelay, started: map[string]bool{}}
+	// Start pod IPs at a random place in 127.0.0.0/8: test packages run as parallel
+	// processes on one loopback, and engines listen on their pods' IPs, so two kubelets
+	// counting from the same first address would hand two engines one address.
+	k.nextIP.Store(rand.Uint32N(254 * 256 * 200))
+	return k
 }
 
 // Run watches pods until ctx ends.

@@ -1,0 +1,55 @@
+package binding
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics on berth-controller's /metrics endpoint, labelled by binding.
+var (
+	currentReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_autoscaler_current_replicas",
+		Help: "Replicas of each scale target when the autoscaler last decided.",
+	}, []string{"namespace", "binding", "target"})
+	desiredReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_autoscaler_desired_replicas",
+		Help: "Replicas the autoscaler set on each scale target at its last decision.",
+	}, []string{"namespace", "binding", "target"})
+	recommendedReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_autoscaler_recommended_replicas",
+		Help: "Replicas the metrics asked for (summed over an optimizer's targets) before stabilization, rate limits and panic mode.",
+	}, []string{"namespace", "binding"})
+	metricValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_autoscaler_metric_value",
+		Help: "A policy metric per ready pod as the autoscaler last read it (gauges averaged, counters as a rate per second).",
+	}, []string{"namespace", "binding", "metric"})
+	metricTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_autoscaler_metric_target",
+		Help: "A policy metric's target value per pod.",
+	}, []string{"namespace", "binding", "metric"})
+	panicMode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_autoscaler_panic_mode",
+		Help: "1 while the binding's panic policy governs scale-up.",
+	}, []string{"namespace", "binding"})
+	scaleEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_autoscaler_scale_total",
+		Help: "Replica changes the autoscaler applied, by direction (up, down).",
+	}, []string{"namespace", "binding", "direction"})
+	decisionErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_autoscaler_errors_total",
+		Help: "Decisions the autoscaler could not take or apply, by reason.",
+	}, []string{"reason"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(currentReplicas, desiredReplicas, recommendedReplicas, metricValue, metricTarget, panicMode, scaleEvents, decisionErrors)
+}
+
+// forget drops a deleted binding's series.
+func forget(namespace, binding string) {
+	match := prometheus.Labels{"namespace": namespace, "binding": binding}
+	for _, v := range []*prometheus.GaugeVec{currentReplicas, desiredReplicas, recommendedReplicas, metricValue, metricTarget, panicMode} {
+		v.DeletePartialMatch(match)
+	}
+	scaleEvents.DeletePartialMatch(match)
+}

@@ -1,0 +1,56 @@
+package binding
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale"
+)
+
+// ConditionValid on an AutoscalingPolicy says whether the autoscaler can use it.
+const ConditionValid = "Valid"
+
+// PolicyReconciler reports on each AutoscalingPolicy whether it is usable: what the schema
+// cannot check (a metric target that is not a positive number, a metric listed twice).
+type PolicyReconciler struct {
+	Client client.Client
+}
+
+// SetupWithManager registers the reconciler.
+func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("autoscalingpolicy").
+		For(&workloadv1alpha1.AutoscalingPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var p workloadv1alpha1.AutoscalingPolicy
+	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	cond := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: "Valid", Message: "the autoscaler can use this policy", ObservedGeneration: p.Generation}
+	if _, err := autoscale.NewPolicy(&p.Spec); err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonInvalidPolicy, err.Error()
+	}
+	st := p.Status.DeepCopy()
+	st.ObservedGeneration = p.Generation
+	meta.SetStatusCondition(&st.Conditions, cond)
+	if p.Status.ObservedGeneration == st.ObservedGeneration && meta.IsStatusConditionPresentAndEqual(p.Status.Conditions, ConditionValid, cond.Status) &&
+		meta.FindStatusCondition(p.Status.Conditions, ConditionValid).Message == cond.Message {
+		return ctrl.Result{}, nil
+	}
+	p.Status = *st
+	if err := r.Client.Status().Update(ctx, &p); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{}, nil
+}

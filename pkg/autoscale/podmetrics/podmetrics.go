@@ -1,0 +1,221 @@
+// Package podmetrics reads a scale target's metrics from its pods' Prometheus endpoints,
+// the way an AutoscalingPolicyBinding's metricEndpoint says: gauges as the value per pod,
+// counters as a rate per second since the previous read, histograms and summaries as the
+// mean of the observations since the previous read. One Reader belongs to one binding: it
+// remembers the previous read of every pod.
+package podmetrics
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/berth-sh/berth/pkg/autoscale"
+)
+
+// Pod is what the reader needs of a pod.
+type Pod struct {
+	UID   types.UID
+	Name  string
+	IP    string
+	Ready bool
+}
+
+// Endpoint is where the pods serve their metrics.
+type Endpoint struct {
+	Port int32
+	Path string
+}
+
+// Result is one read: a Sample per metric name, and what went wrong where.
+type Result struct {
+	Samples map[string]autoscale.Sample
+	// Answered is how many ready pods served their metrics.
+	Answered int
+	// Unexposed names the metrics no answering pod exposes (a misspelt metricName).
+	Unexposed []string
+	// Errors are the pods that did not answer, at most a few.
+	Errors []string
+}
+
+type cumulative struct {
+	sum, count float64 // count is 0 for a counter
+	at         time.Time
+}
+
+// Reader reads metrics; safe for one caller at a time per Reader.
+type Reader struct {
+	client *http.Client
+	mu     sync.Mutex
+	last   map[types.UID]map[string]cumulative
+}
+
+// NewReader makes a reader whose requests time out after timeout.
+func NewReader(timeout time.Duration) *Reader {
+	return &Reader{
+		client: &http.Client{Timeout: timeout, Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}},
+		last:   map[types.UID]map[string]cumulative{},
+	}
+}
+
+// Close releases idle connections.
+func (r *Reader) Close() { r.client.CloseIdleConnections() }
+
+// Read scrapes every ready pod concurrently and aggregates names over them. Pods that are
+// not ready, do not answer, lack a metric, or (for a rate) are read for the first time
+// count as Missing for it.
+func (r *Reader) Read(ctx context.Context, pods []Pod, ep Endpoint, names []string, now time.Time) Result {
+	type scraped struct {
+		pod      Pod
+		families map[string]*dto.MetricFamily
+		err      error
+	}
+	results := make([]scraped, len(pods))
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		results[i].pod = p
+		if !p.Ready || p.IP == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i].families, results[i].err = r.scrape(ctx, p, ep)
+		}()
+	}
+	wg.Wait()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := Result{Samples: map[string]autoscale.Sample{}}
+	exposed := map[string]bool{}
+	seen := map[types.UID]bool{}
+	for _, s := range results {
+		seen[s.pod.UID] = true
+		if s.families == nil {
+			if s.err != nil && len(res.Errors) < 3 {
+				res.Errors = append(res.Errors, fmt.Sprintf("pod %s: %v", s.pod.Name, s.err))
+			}
+			for _, n := range names {
+				sm := res.Samples[n]
+				sm.Missing++
+				res.Samples[n] = sm
+			}
+			continue
+		}
+		res.Answered++
+		for _, n := range names {
+			sm := res.Samples[n]
+			v, ok, found := r.value(s.pod.UID, n, s.families, now)
+			exposed[n] = exposed[n] || found
+			if ok {
+				sm.Sum += v
+				sm.Reported++
+			} else {
+				sm.Missing++
+			}
+			res.Samples[n] = sm
+		}
+	}
+	for uid := range r.last {
+		if !seen[uid] {
+			delete(r.last, uid)
+		}
+	}
+	if res.Answered > 0 {
+		for _, n := range names {
+			if !exposed[n] {
+				res.Unexposed = append(res.Unexposed, n)
+			}
+		}
+	}
+	return res
+}
+
+// value is the pod's reading of name: (value, usable, exposed).
+func (r *Reader) value(uid types.UID, name string, families map[string]*dto.MetricFamily, now time.Time) (float64, bool, bool) {
+	f := families[name]
+	if f == nil {
+		f = families[name+"_total"]
+	}
+	if f == nil {
+		return 0, false, false
+	}
+	var sum, count float64
+	for _, m := range f.Metric {
+		switch f.GetType() {
+		case dto.MetricType_COUNTER:
+			sum += m.GetCounter().GetValue()
+		case dto.MetricType_GAUGE:
+			sum += m.GetGauge().GetValue()
+		case dto.MetricType_HISTOGRAM:
+			sum += m.GetHistogram().GetSampleSum()
+			count += float64(m.GetHistogram().GetSampleCount())
+		case dto.MetricType_SUMMARY:
+			sum += m.GetSummary().GetSampleSum()
+			count += float64(m.GetSummary().GetSampleCount())
+		default:
+			sum += m.GetUntyped().GetValue()
+		}
+	}
+	switch f.GetType() {
+	case dto.MetricType_GAUGE, dto.MetricType_UNTYPED:
+		return sum, true, true
+	}
+	// Cumulative: a rate (counter) or a mean over the interval (histogram, summary).
+	byName := r.last[uid]
+	if byName == nil {
+		byName = map[string]cumulative{}
+		r.last[uid] = byName
+	}
+	prev, had := byName[name]
+	byName[name] = cumulative{sum: sum, count: count, at: now}
+	if !had || sum < prev.sum || count < prev.count || !now.After(prev.at) {
+		return 0, false, true // first read, or the engine restarted
+	}
+	if f.GetType() == dto.MetricType_COUNTER {
+		return (sum - prev.sum) / now.Sub(prev.at).Seconds(), true, true
+	}
+	if count == prev.count {
+		return 0, true, true // nothing observed since the last read
+	}
+	return (sum - prev.sum) / (count - prev.count), true, true
+}
+
+func (r *Reader) scrape(ctx context.Context, p Pod, ep Endpoint) (map[string]*dto.MetricFamily, error) {
+	path := ep.Path
+	if path == "" || path[0] != '/' {
+		path = "/" + path
+	}
+	url := "http://" + net.JoinHostPort(p.IP, strconv.Itoa(int(ep.Port))) + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return families, nil
+}

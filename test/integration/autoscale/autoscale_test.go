@@ -1,0 +1,330 @@
+package autoscale
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale"
+)
+
+// running is the metric every test scales on: requests in an engine's batch.
+const running = "vllm:num_requests_running"
+
+func policyYAML(name, behavior string) string {
+	return fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: %s}
+spec:
+  tolerancePercent: 10
+  metrics:
+  - {metricName: "%s", targetValue: "2"}
+  behavior:
+%s`, name, running, behavior)
+}
+
+func scalingBindingYAML(name, policy, target string, lo, hi int) string {
+	return fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicyBinding
+metadata: {name: %s}
+spec:
+  policyRef: {name: %s}
+  scalingConfiguration:
+    target:
+      targetRef: {name: %s}
+      metricEndpoint: {port: 8000}
+    minReplicas: %d
+    maxReplicas: %d
+`, name, policy, target, lo, hi)
+}
+
+func condition(b *workloadv1alpha1.AutoscalingPolicyBinding, typ string) (string, string, string) {
+	c := meta.FindStatusCondition(b.Status.Conditions, typ)
+	if c == nil {
+		return "", "", ""
+	}
+	return string(c.Status), c.Reason, c.Message
+}
+
+// Load up: the autoscaler scales up by its stable policy, never past maxReplicas. Load
+// gone: it waits out the scale-down stabilization window, then scales down to
+// minReplicas, never below.
+func TestScaleUpUnderLoadAndDownAfterTheWindow(t *testing.T) {
+	w := newWorld(t, 1)
+	w.served("chat", "qwen3-8b", "chat", 1)
+	w.route("chat", "qwen3-8b")
+	w.waitAvailable("chat", 1)
+	log := w.watchReplicas("chat")["chat"]
+	const window = 4 * time.Second
+	w.apply(policyYAML("running", `
+    scaleUp:
+      stablePolicy: {instances: 1, percent: 100, period: 1s}
+      panicPolicy: {panicThresholdPercent: 1000}
+    scaleDown: {instances: 1, percent: 100, period: 1s, stabilizationWindow: 4s}`),
+		scalingBindingYAML("chat", "running", "chat", 1, 3))
+
+	// 10 requests in flight over one engine: 10 running against a target of 2 asks for 5
+	// replicas; the maximum is 3.
+	l := w.startLoad("qwen3-8b", 10, 400)
+	w.eventually("scaled up to the maximum 3", 30*time.Second, func() bool { return log.last() == 3 })
+	w.waitAvailable("chat", 3)
+	b := w.binding("chat")
+	require.NotNil(t, b.Status.RecommendedReplicas)
+	assert.Equal(t, int32(3), *b.Status.RecommendedReplicas, "the recommendation is clamped to the maximum")
+	status, _, msg := condition(b, "Ready")
+	assert.Equal(t, "True", status, msg)
+	assert.Contains(t, msg, running)
+	require.Len(t, b.Status.Metrics, 1)
+	assert.Equal(t, running, b.Status.Metrics[0].Name)
+	assert.Greater(t, b.Status.Metrics[0].Current.AsApproximateFloat64(), 2.0)
+	assert.Contains(t, w.events("chat"), "ScaledUp")
+
+	// Hold the load a moment at 3 replicas, then stop it.
+	time.Sleep(time.Second)
+	l.end()
+	stopped := time.Now()
+	w.eventually("scaled down to the minimum 1", 30*time.Second, func() bool { return log.last() == 1 })
+	changes := log.snapshot()
+	var firstDown time.Time
+	for i, c := range changes {
+		assert.LessOrEqual(t, c.n, int32(3), "never above maxReplicas: %v", log.values())
+		assert.GreaterOrEqual(t, c.n, int32(1), "never below minReplicas: %v", log.values())
+		if i > 0 && c.n < changes[i-1].n && firstDown.IsZero() {
+			firstDown = c.at
+		}
+	}
+	assert.Equal(t, []int32{1, 2, 3}, log.values()[:3], "stable scale-up: +1 (or +100%%) per period")
+	// The last high recommendation was read up to one sync period before the load stopped.
+	assert.GreaterOrEqual(t, firstDown.Sub(stopped), window-2*syncPeriod-500*time.Millisecond,
+		"the first scale-down comes only after the stabilization window: %v", log.values())
+	assert.Contains(t, w.events("chat"), "ScaledDown")
+	assert.Zero(t, l.bad.Load(), "no request failed while scaling")
+}
+
+// A burst far above the current capacity enters panic mode, which scales up by the panic
+// policy in one step where the stable policy would add one replica per period, and holds
+// the replicas until the panic hold has passed.
+func TestPanicOnABurst(t *testing.T) {
+	w := newWorld(t, 1)
+	w.served("burst", "llama-burst", "burst", 1)
+	w.route("burst", "llama-burst")
+	w.waitAvailable("burst", 1)
+	log := w.watchReplicas("burst")["burst"]
+	w.apply(policyYAML("burst", `
+    scaleUp:
+      stablePolicy: {instances: 1, percent: 0, period: 30s}
+      panicPolicy: {percent: 1000, panicThresholdPercent: 200, panicModeHold: 5s}
+    scaleDown: {instances: 8, percent: 100, period: 1s, stabilizationWindow: 1s}`),
+		scalingBindingYAML("burst", "burst", "burst", 1, 8))
+
+	l := w.startLoad("llama-burst", 12, 400)
+	// 12 running on one pod asks for 6: 600% of 1 is over the 200% threshold.
+	w.eventually("panic scale-up past the stable policy's +1", 20*time.Second, func() bool { return log.last() >= 5 })
+	b := w.binding("burst")
+	assert.True(t, b.Status.PanicMode)
+	require.NotNil(t, b.Status.PanicUntil)
+	status, reason, _ := condition(b, "PanicMode")
+	assert.Equal(t, "True", status)
+	assert.Equal(t, "Burst", reason)
+	assert.Contains(t, w.events("burst"), "PanicModeStarted")
+	vals := log.values()
+	assert.Equal(t, int32(1), vals[0])
+	assert.GreaterOrEqual(t, vals[1], int32(5), "one panic step, not +1 per 30 s: %v", vals)
+
+	// Load gone: panic mode holds the replicas until the hold runs out, then scales down.
+	l.end()
+	stopped := time.Now()
+	w.eventually("panic mode over and scaled down to 1", 30*time.Second, func() bool { return log.last() == 1 })
+	for i, c := range log.snapshot() {
+		if i > 0 && c.n < vals[1] {
+			assert.GreaterOrEqual(t, c.at.Sub(stopped), 5*time.Second-2*syncPeriod-500*time.Millisecond, "no scale-down during the panic hold: %v", log.values())
+			break
+		}
+	}
+	w.eventually("PanicMode condition False", 10*time.Second, func() bool {
+		s, _, _ := condition(w.binding("burst"), "PanicMode")
+		return s == "False"
+	})
+	assert.Contains(t, w.events("burst"), "PanicModeEnded")
+}
+
+// An optimizer binding over two ModelServings of one model fills the cheap one before
+// the dear one, splits the total as autoscale.Distribute does, and keeps each within its
+// bounds.
+func TestOptimizerFillsTheCheapTargetFirst(t *testing.T) {
+	w := newWorld(t, 1)
+	w.served("cheap", "mixed-model", "mixed", 1)
+	w.served("dear", "mixed-model", "mixed", 0)
+	w.route("mixed", "mixed-model")
+	w.waitAvailable("cheap", 1)
+	logs := w.watchReplicas("cheap", "dear")
+	cheap, dear := logs["cheap"], logs["dear"]
+	w.apply(policyYAML("opt", `
+    scaleUp:
+      stablePolicy: {instances: 1, percent: 100, period: 1s}
+      panicPolicy: {panicThresholdPercent: 1000}
+    scaleDown: {stabilizationWindow: 2s, period: 1s}`), `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicyBinding
+metadata: {name: mixed}
+spec:
+  policyRef: {name: opt}
+  optimizerConfiguration:
+    costExpansionRatePercent: 200
+    params:
+    - target: {targetRef: {name: dear}, metricEndpoint: {port: 8000}}
+      cost: 100
+      minReplicas: 0
+      maxReplicas: 3
+    - target: {targetRef: {name: cheap}, metricEndpoint: {port: 8000}}
+      cost: 10
+      minReplicas: 1
+      maxReplicas: 3
+`)
+	shares := []autoscale.Share{{Cost: 100, Min: 0, Max: 3}, {Cost: 10, Min: 1, Max: 3}}
+	// 10 in flight against 2 per pod asks for 5 replicas in all.
+	l := w.startLoad("mixed-model", 10, 400)
+	w.eventually("both targets scaled to 5 in all", 40*time.Second, func() bool { return cheap.last()+dear.last() == 5 })
+	assert.Equal(t, autoscale.Distribute(5, shares, 200), []int32{dear.last(), cheap.last()})
+	assert.Equal(t, int32(3), cheap.last())
+	// Whenever the dear target had replicas, the cheap one was already full.
+	for _, c := range dear.snapshot() {
+		if c.n > 0 {
+			var cheapThen int32
+			for _, cc := range cheap.snapshot() {
+				if cc.seq < c.seq {
+					cheapThen = cc.n
+				}
+			}
+			assert.Equal(t, int32(3), cheapThen, "dear got %d replicas while cheap had %d", c.n, cheapThen)
+		}
+	}
+	b := w.binding("mixed")
+	require.Len(t, b.Status.Targets, 2)
+	assert.Equal(t, int32(5), *b.Status.DesiredReplicas)
+
+	// Load gone: the dear replicas go first, the cheap target keeps its minimum.
+	l.end()
+	w.eventually("back to the minimums", 30*time.Second, func() bool { return cheap.last() == 1 && dear.last() == 0 })
+	for _, c := range cheap.snapshot() {
+		assert.GreaterOrEqual(t, c.n, int32(1))
+		assert.LessOrEqual(t, c.n, int32(3))
+	}
+	for _, c := range dear.snapshot() {
+		assert.LessOrEqual(t, c.n, int32(3))
+	}
+}
+
+// `kubectl scale` on an autoscaled target: the autoscaler wins, because it owns the
+// replicas while a binding names the target (as the HPA does). It takes the manual count as
+// the current replicas (an event says so) and moves from there to what the load needs
+// under its policy, counting the manual change against its rate limits. Neither side keeps
+// flipping: each manual change causes exactly one move back.
+func TestManualScaleAndTheAutoscalerDoNotFight(t *testing.T) {
+	w := newWorld(t, 1)
+	w.served("manual", "manual-model", "manual", 1)
+	w.route("manual", "manual-model")
+	w.waitAvailable("manual", 1)
+	log := w.watchReplicas("manual")["manual"]
+	w.apply(policyYAML("manual", `
+    scaleUp:
+      stablePolicy: {instances: 4, percent: 100, period: 1s}
+      panicPolicy: {panicThresholdPercent: 1000}
+    scaleDown: {instances: 8, percent: 100, period: 1s, stabilizationWindow: 3s}`),
+		scalingBindingYAML("manual", "manual", "manual", 1, 6))
+	// 4 in flight against 2 per pod: 2 replicas.
+	l := w.startLoad("manual-model", 4, 400)
+	defer l.end()
+	w.eventually("the load's 2 replicas", 30*time.Second, func() bool { return log.last() == 2 })
+	w.waitAvailable("manual", 2)
+	time.Sleep(time.Second)
+
+	w.scale("manual", 5)
+	w.eventually("the watch sees the manual 5", 10*time.Second, func() bool { return log.last() == 5 })
+	w.eventually("back to 2", 30*time.Second, func() bool { return log.last() == 2 })
+	w.waitAvailable("manual", 2)
+	time.Sleep(time.Second)
+
+	w.scale("manual", 1)
+	w.eventually("the watch sees the manual 1", 10*time.Second, func() bool { return log.last() == 1 })
+	w.eventually("back to 2 at once", 10*time.Second, func() bool { return log.last() == 2 })
+	time.Sleep(2 * time.Second)
+	assert.Equal(t, int32(2), log.last(), "settled")
+	vals := log.values()
+	// From the first 2 on: 2, 5 (manual), 2, 1 (manual), 2 — nothing else.
+	i := slices.Index(vals, 2)
+	assert.Equal(t, []int32{2, 5, 2, 1, 2}, vals[i:], "one move back per manual change: %v", vals)
+	assert.Contains(t, w.events("manual"), "ManualScaleObserved")
+}
+
+// Bad input is reported where the user looks, and changes nothing: the target keeps its
+// replicas (here 1, below the binding's minimum 2, which a working binding would fix).
+func TestBadInput(t *testing.T) {
+	w := newWorld(t, 1)
+	w.served("victim", "bad-model", "victim", 1)
+	w.waitAvailable("victim", 1)
+	log := w.watchReplicas("victim")["victim"]
+	w.apply(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: misspelt}
+spec:
+  metrics: [{metricName: "vllm:num_requests_runing", targetValue: "2"}]
+`, `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: zero-target}
+spec:
+  metrics: [{metricName: "vllm:num_requests_running", targetValue: "0"}]
+`, policyYAML("good", "    scaleUp: {}"))
+	w.apply(
+		scalingBindingYAML("unknown-metric", "misspelt", "victim", 2, 4),
+		scalingBindingYAML("missing-target", "good", "no-such-serving", 2, 4),
+		// (other targets: two bindings on one target would be a conflict, reported as such)
+		scalingBindingYAML("missing-policy", "no-such-policy", "victim-b", 2, 4),
+		scalingBindingYAML("invalid-policy", "zero-target", "victim-c", 2, 4),
+		strings.Replace(scalingBindingYAML("other-namespace", "good", "victim", 2, 4), "targetRef: {name: victim}", "targetRef: {name: victim, namespace: default}", 1),
+	)
+	for name, want := range map[string][]string{
+		"unknown-metric":  {"UnknownMetric", `"vllm:num_requests_runing" is not exposed by any of the 1 ready pods of victim`},
+		"missing-target":  {"TargetNotFound", "ModelServing no-such-serving not found"},
+		"missing-policy":  {"PolicyNotFound", `spec.policyRef.name: AutoscalingPolicy "no-such-policy" not found`},
+		"invalid-policy":  {"InvalidPolicy", "spec.metrics[0].targetValue: must be greater than 0"},
+		"other-namespace": {"TargetInOtherNamespace", `targetRef.namespace: "default" is not the binding's namespace`},
+	} {
+		w.eventually(name+" reports "+want[0], 20*time.Second, func() bool {
+			s, reason, msg := condition(w.binding(name), "Ready")
+			return s == "False" && reason == want[0] && strings.Contains(msg, want[1])
+		})
+		assert.Contains(t, w.events(name), want[0], name)
+	}
+	w.eventually("the invalid policy says why", 10*time.Second, func() bool {
+		var p workloadv1alpha1.AutoscalingPolicy
+		require.NoError(t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "zero-target"}, &p))
+		c := meta.FindStatusCondition(p.Status.Conditions, "Valid")
+		return c != nil && c.Status == "False" && strings.Contains(c.Message, "targetValue")
+	})
+
+	// min > max never gets in: the apiserver rejects it, naming the field.
+	bad := scalingBindingYAML("min-over-max", "good", "victim", 5, 2)
+	var obj workloadv1alpha1.AutoscalingPolicyBinding
+	require.NoError(t, yamlStrict(bad, &obj))
+	obj.Namespace = w.ns
+	err := cl.Create(w.ctx, &obj)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.scalingConfiguration.minReplicas: Invalid value")
+	assert.Contains(t, err.Error(), "minReplicas cannot exceed maxReplicas")
+
+	time.Sleep(4 * syncPeriod)
+	assert.Equal(t, []int32{1}, log.values(), "no bad binding changed the target's replicas")
+}

@@ -1,0 +1,395 @@
+// Package autoscale runs berth-controller's autoscaler against the whole in-process system:
+// a real apiserver, berth-scheduler placing the pods, the ModelServing controller, the
+// simulated kubelet with an engine per pod, and berth-router carrying the load, sent with
+// the official OpenAI Go client. Every test watches its ModelServings' replicas for its
+// whole run and checks the bounds and the timing of each change against that record.
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/require"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/pkg/router"
+	"github.com/berth-sh/berth/pkg/scheduler"
+	"github.com/berth-sh/berth/pkg/sim"
+)
+
+var cp *controlplane.ControlPlane
+
+func TestMain(m *testing.M) { cptest.Main(m, &cp) }
+
+// syncPeriod is the autoscaler's; short so a test sees several decisions per second.
+const syncPeriod = 250 * time.Millisecond
+
+var (
+	startOnce sync.Once
+	kube      kubernetes.Interface
+	cl        client.Client
+	watcher   client.WithWatch
+	rt        *router.Router
+	nsCount   atomic.Int32
+)
+
+func startSystem(t *testing.T) {
+	startOnce.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		var running sync.WaitGroup
+		cptest.BeforeStop(func() { cancel(); running.Wait() })
+		cfg := cp.RESTConfig()
+		var err error
+		kube = kubernetes.NewForConfigOrDie(cfg)
+		cl, err = client.New(cfg, client.Options{Scheme: controller.Scheme()})
+		require.NoError(t, err)
+		watcher, err = client.NewWithWatch(cfg, client.Options{Scheme: controller.Scheme()})
+		require.NoError(t, err)
+		dir, err := os.MkdirTemp("", "berth-autoscale-test")
+		require.NoError(t, err)
+		kubeconfig := filepath.Join(dir, "kubeconfig")
+		require.NoError(t, cp.WriteKubeconfig(kubeconfig))
+		running.Add(4)
+		go func() {
+			defer running.Done()
+			if err := scheduler.RunInProcess(ctx, dir, kubeconfig, nil); err != nil && ctx.Err() == nil {
+				panic(fmt.Sprintf("berth-scheduler exited: %v", err))
+			}
+		}()
+		mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", AutoscaleSyncPeriod: syncPeriod})
+		require.NoError(t, err)
+		go func() { defer running.Done(); _ = mgr.Start(ctx) }()
+		// Real-time engines: a request holds its batch slot for as long as a GPU would, so
+		// the number of running requests per pod is what the load makes it.
+		engines, err := sim.NewEngines(cfg, sim.EngineOptions{TimeScale: 1, DrainTimeout: 5 * time.Second})
+		require.NoError(t, err)
+		go func() { defer running.Done(); _ = engines.Run(ctx) }()
+		kubelet := sim.NewKubelet(kube, 50*time.Millisecond)
+		kubelet.BeforeReady = engines.Ensure
+		go func() { defer running.Done(); kubelet.Run(ctx) }()
+		rt, err = router.New(cfg, router.Options{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
+			MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second}, klog.Background().WithName("router"))
+		require.NoError(t, err)
+		running.Add(1)
+		go func() { defer running.Done(); _ = rt.Run(ctx) }()
+		select {
+		case <-rt.Ready():
+		case <-time.After(30 * time.Second):
+			t.Fatal("router not ready after 30s")
+		}
+	})
+}
+
+// world is one test's namespace with its own GPU nodes.
+type world struct {
+	t   *testing.T
+	ctx context.Context
+	ns  string
+}
+
+func newWorld(t *testing.T, gpuNodes int) *world {
+	startSystem(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &world{t: t, ctx: ctx, ns: fmt.Sprintf("as-%d", nsCount.Add(1))}
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for i := range gpuNodes {
+		_, err := kube.CoreV1().Nodes().Create(ctx, sim.NewNode(fmt.Sprintf("%s-gpu-%d", w.ns, i), sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8},
+			map[string]string{"berth.test/owner": w.ns}), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if t.Failed() {
+			w.dump()
+		}
+		zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+		bg := context.Background()
+		_ = cl.DeleteAllOf(bg, &workloadv1alpha1.AutoscalingPolicyBinding{}, client.InNamespace(w.ns))
+		_ = cl.DeleteAllOf(bg, &workloadv1alpha1.AutoscalingPolicy{}, client.InNamespace(w.ns))
+		_ = cl.DeleteAllOf(bg, &workloadv1alpha1.ModelServing{}, client.InNamespace(w.ns))
+		_ = cl.DeleteAllOf(bg, &networkingv1alpha1.ModelRoute{}, client.InNamespace(w.ns))
+		_ = cl.DeleteAllOf(bg, &networkingv1alpha1.ModelServer{}, client.InNamespace(w.ns))
+		_ = kube.CoreV1().Pods(w.ns).DeleteCollection(bg, zero, metav1.ListOptions{})
+		_ = kube.CoreV1().Nodes().DeleteCollection(bg, zero, metav1.ListOptions{LabelSelector: "berth.test/owner=" + w.ns})
+	})
+	return w
+}
+
+func (w *world) dump() {
+	var bindings workloadv1alpha1.AutoscalingPolicyBindingList
+	_ = cl.List(context.Background(), &bindings, client.InNamespace(w.ns))
+	for _, b := range bindings.Items {
+		out, _ := yaml.Marshal(b.Status)
+		w.t.Logf("binding %s status:\n%s", b.Name, out)
+	}
+	evs, _ := kube.CoreV1().Events(w.ns).List(context.Background(), metav1.ListOptions{})
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Kind == "AutoscalingPolicyBinding" {
+			w.t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	}
+}
+
+// apply creates every object of the YAML documents in the world's namespace.
+func (w *world) apply(manifests ...string) {
+	w.t.Helper()
+	for _, m := range manifests {
+		var meta metav1.TypeMeta
+		require.NoError(w.t, yaml.Unmarshal([]byte(m), &meta))
+		var obj client.Object
+		switch meta.Kind {
+		case "ModelServing":
+			obj = &workloadv1alpha1.ModelServing{}
+		case "AutoscalingPolicy":
+			obj = &workloadv1alpha1.AutoscalingPolicy{}
+		case "AutoscalingPolicyBinding":
+			obj = &workloadv1alpha1.AutoscalingPolicyBinding{}
+		case "ModelServer":
+			obj = &networkingv1alpha1.ModelServer{}
+		case "ModelRoute":
+			obj = &networkingv1alpha1.ModelRoute{}
+		default:
+			w.t.Fatalf("apply: unexpected kind %q", meta.Kind)
+		}
+		require.NoError(w.t, yaml.UnmarshalStrict([]byte(m), obj), m)
+		obj.SetNamespace(w.ns)
+		require.NoError(w.t, cl.Create(w.ctx, obj))
+	}
+}
+
+// served is a ModelServing of one-GPU engine pods for model, with a ModelServer and a
+// ModelRoute so the router serves it by that name. Pods carry label app=<app> (the
+// ModelServer selects on it, so several ModelServings can serve one model).
+func (w *world) served(name, model, app string, replicas int) {
+	w.apply(fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata: {name: %[1]s}
+spec:
+  schedulerName: berth-scheduler
+  replicas: %[4]d
+  template:
+    roles:
+    - name: server
+      replicas: 1
+      entryTemplate:
+        metadata: {labels: {app: %[3]s}}
+        spec:
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.11.0
+            args: ["--model", "%[2]s"]
+            ports: [{containerPort: 8000}]
+            resources: {limits: {nvidia.com/gpu: "1"}}
+`, name, model, app, replicas))
+}
+
+func (w *world) route(app, model string) {
+	w.apply(fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelServer
+metadata: {name: %[1]s}
+spec:
+  model: %[2]s
+  inferenceEngine: vLLM
+  workloadSelector: {matchLabels: {app: %[1]s}}
+  workloadPort: {port: 8000}
+`, app, model), fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: %[1]s}
+spec:
+  modelName: %[2]s
+  rules:
+  - targetModels: [{modelServerName: %[1]s}]
+`, app, model))
+}
+
+// replicasLog records a ModelServing's spec.replicas over time from a watch that runs for
+// the whole test.
+type replicasLog struct {
+	mu      *sync.Mutex // shared by the logs of one watch, so their order is the watch's
+	changes []change
+}
+
+type change struct {
+	at  time.Time
+	seq int // position in the watch's stream
+	n   int32
+}
+
+// watchReplicas records the replicas of the named ModelServings from one watch, so
+// changes to different ModelServings keep the order etcd wrote them in.
+func (w *world) watchReplicas(names ...string) map[string]*replicasLog {
+	w.t.Helper()
+	mu := &sync.Mutex{}
+	logs := map[string]*replicasLog{}
+	for _, n := range names {
+		logs[n] = &replicasLog{mu: mu}
+	}
+	wi, err := watcher.Watch(w.ctx, &workloadv1alpha1.ModelServingList{}, client.InNamespace(w.ns))
+	require.NoError(w.t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		seq := 0
+		for ev := range wi.ResultChan() {
+			ms, ok := ev.Object.(*workloadv1alpha1.ModelServing)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			l := logs[ms.Name]
+			if l == nil {
+				continue
+			}
+			mu.Lock()
+			seq++
+			if len(l.changes) == 0 || l.changes[len(l.changes)-1].n != *ms.Spec.Replicas {
+				l.changes = append(l.changes, change{time.Now(), seq, *ms.Spec.Replicas})
+			}
+			mu.Unlock()
+		}
+	}()
+	w.t.Cleanup(func() { wi.Stop(); <-done })
+	return logs
+}
+
+func (l *replicasLog) snapshot() []change {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]change(nil), l.changes...)
+}
+
+func (l *replicasLog) last() int32 {
+	c := l.snapshot()
+	if len(c) == 0 {
+		return -1
+	}
+	return c[len(c)-1].n
+}
+
+func (l *replicasLog) values() []int32 {
+	var out []int32
+	for _, c := range l.snapshot() {
+		out = append(out, c.n)
+	}
+	return out
+}
+
+// load keeps `concurrency` chat completions in flight through the router until stopped.
+type load struct {
+	want    atomic.Int32
+	ok, bad atomic.Int64
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// startLoad sends requests for model; each asks for tokens output tokens (about 10 ms of
+// decode each on a real-time engine).
+func (w *world) startLoad(model string, concurrency int32, tokens int64) *load {
+	ctx, cancel := context.WithCancel(w.ctx)
+	l := &load{stop: cancel}
+	l.want.Store(concurrency)
+	c := openai.NewClient(option.WithBaseURL("http://"+rt.Addr()+"/v1"), option.WithAPIKey("test"), option.WithMaxRetries(0),
+		option.WithRequestTimeout(60*time.Second))
+	for i := range int32(64) {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for ctx.Err() == nil {
+				if i >= l.want.Load() {
+					select {
+					case <-ctx.Done():
+					case <-time.After(50 * time.Millisecond):
+					}
+					continue
+				}
+				_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+					Model: model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("request %d", i))},
+					MaxTokens: openai.Int(tokens),
+				})
+				switch {
+				case err == nil:
+					l.ok.Add(1)
+				case ctx.Err() == nil && !errors.Is(err, context.Canceled):
+					l.bad.Add(1)
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	w.t.Cleanup(l.end)
+	return l
+}
+
+func (l *load) end() { l.stop(); l.wg.Wait() }
+
+// scale sets a target's replicas through the scale subresource, as `kubectl scale` does.
+func (w *world) scale(name string, n int32) {
+	w.t.Helper()
+	ms := &workloadv1alpha1.ModelServing{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns}}
+	s := &autoscalingv1.Scale{}
+	require.NoError(w.t, cl.SubResource("scale").Get(w.ctx, ms, s))
+	s.Spec.Replicas = n
+	require.NoError(w.t, cl.SubResource("scale").Update(w.ctx, ms, client.WithSubResourceBody(s)))
+}
+
+func (w *world) binding(name string) *workloadv1alpha1.AutoscalingPolicyBinding {
+	var b workloadv1alpha1.AutoscalingPolicyBinding
+	require.NoError(w.t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, &b))
+	return &b
+}
+
+func (w *world) eventually(what string, timeout time.Duration, cond func() bool) {
+	w.t.Helper()
+	err := wait.PollUntilContextTimeout(w.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
+	require.NoError(w.t, err, "timed out after %s waiting until %s", timeout, what)
+}
+
+// waitReady waits until n of the ModelServing's groups are available.
+func (w *world) waitAvailable(name string, n int32) {
+	w.t.Helper()
+	w.eventually(fmt.Sprintf("%s has %d available replicas", name, n), 60*time.Second, func() bool {
+		var ms workloadv1alpha1.ModelServing
+		if cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, &ms) != nil {
+			return false
+		}
+		return ms.Status.AvailableReplicas == n
+	})
+}
+
+// events lists the reasons of the events on a binding.
+func (w *world) events(binding string) []string {
+	evs, err := kube.CoreV1().Events(w.ns).List(w.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + binding})
+	require.NoError(w.t, err)
+	var out []string
+	for _, e := range evs.Items {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+func yamlStrict(doc string, obj any) error { return yaml.UnmarshalStrict([]byte(doc), obj) }
