@@ -21,7 +21,7 @@ import (
 )
 
 func main() {
-	o := sandbox.Options{Fabric: sandbox.DefaultFabric()}
+	o := sandbox.Options{Fabric: sandbox.DefaultFabric(), Load: sandbox.Load{Every: 5 * time.Second}}
 	// Its own flag set: controller-runtime registers --kubeconfig on the global one.
 	flag := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
 	flag.IntVar(&o.Fabric.Spines, "spines", o.Fabric.Spines, "spine switches (tier-2 HyperNodes)")
@@ -45,6 +45,10 @@ func main() {
 	flag.DurationVar(&o.PodStartDelay, "pod-start-delay", time.Second, "how long the simulated kubelet takes to start a bound pod")
 	flag.StringVar(&o.RouterAddr, "router-addr", "127.0.0.1:8080", "where berth-router serves the OpenAI API")
 	flag.Float64Var(&o.EngineTimeScale, "engine-time-scale", 1, "simulated engines' speed: 1 answers as fast as a real GPU would, 0.01 a hundred times faster")
+	flag.IntVar(&o.Load.Concurrency, "load", 0, "once everything is Available, keep up to this many streaming chat completions in flight through the router (ramping up, holding, ramping down over --load-duration) and print the autoscaled replicas as they change; 0 sends no load")
+	flag.DurationVar(&o.Load.Duration, "load-duration", 2*time.Minute, "how long --load sends requests (then the sandbox watches as long again for scale-down)")
+	flag.IntVar(&o.Load.MaxTokens, "load-max-tokens", 128, "output tokens per --load request")
+	flag.DurationVar(&o.AutoscaleSyncPeriod, "autoscale-sync-period", 5*time.Second, "how often the autoscaler reads metrics and decides (berth-controller's default is 15s)")
 	verbosity := flag.Int("v", 0, "log verbosity of the in-process components (0 keeps their logs off)")
 	_ = flag.Parse(os.Args[1:])
 	if flag.NArg() > 0 {

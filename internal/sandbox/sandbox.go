@@ -56,6 +56,12 @@ type Options struct {
 	// EngineTimeScale is the simulated engines' real/simulated time ratio (1: as fast as a
 	// real GPU would answer; smaller is faster).
 	EngineTimeScale float64
+	// Load, when its Concurrency is positive, drives traffic through the router once
+	// everything is Available and prints the autoscaled replicas as they change. With Once,
+	// Run returns after it, failing if no autoscaler scaled up.
+	Load Load
+	// AutoscaleSyncPeriod is how often the autoscaler decides (0: berth-controller's default).
+	AutoscaleSyncPeriod time.Duration
 }
 
 // pollInterval is how often Run looks at the ModelServings; a line is printed only when it
@@ -182,7 +188,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	})
 	// InProcessRestart: a second sandbox in one process (the tests) registers the same
 	// controller names again.
-	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", InProcessRestart: true})
+	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", InProcessRestart: true, AutoscaleSyncPeriod: o.AutoscaleSyncPeriod})
 	if err != nil {
 		return err
 	}
@@ -234,7 +240,24 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		fmt.Fprintf(out, "%s holds no manifests\n", o.ExamplesDir)
 	}
 
-	onAvailable := func() error { return probeRoutes(ctx, cl, routerURL, out) }
+	onAvailable := func() error {
+		if err := probeRoutes(ctx, cl, routerURL, out); err != nil || o.Load.Concurrency <= 0 {
+			return err
+		}
+		models, err := loadModels(ctx, cl)
+		if err != nil {
+			return err
+		}
+		rep, err := runLoad(ctx, cl, routerURL, models, o.Load, out)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "load done: %d requests answered, %d failed\n", rep.ok, rep.bad)
+		if !rep.scaledUp {
+			return errors.New("no autoscaler scaled anything up under the load (is an AutoscalingPolicyBinding or a ModelBooster with a policy applied?)")
+		}
+		return nil
+	}
 	return watch(ctx, o, out, cl, newTracked(objs), failed, kubeconfigHint, onAvailable)
 }
 
