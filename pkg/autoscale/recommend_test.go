@@ -47,7 +47,7 @@ func TestRecommend(t *testing.T) {
 func TestRecommendAllTakesTheMetricThatNeedsMost(t *testing.T) {
 	p := Policy{Tolerance: 0.1, Metrics: []Metric{{"waiting", 10}, {"kv", 0.8}, {"unread", 1}}}
 	got, per, ok := RecommendAll(4, p, map[string]Sample{
-		"waiting": {Sum: 20, Reported: 4}, // asks for 2
+		"waiting": {Sum: 20, Reported: 4},  // asks for 2
 		"kv":      {Sum: 3.6, Reported: 4}, // 0.9 / 0.8 -> ceil(4.5) = 5
 	})
 	assert.True(t, ok)

@@ -89,6 +89,12 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ModelServing reconciler: %w", err)
 	}
+	if err := (&workload.BoosterReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("berth-controller"),
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("ModelBooster reconciler: %w", err)
+	}
 	if err := addAutoscaler(mgr, cfg, o); err != nil {
 		return nil, err
 	}

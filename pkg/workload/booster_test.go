@@ -1,0 +1,700 @@
+package workload
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/yaml"
+
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/sim/engine"
+)
+
+// boosterManifest has two vLLM backends on two accelerator classes; the a100 one loads a
+// LoRA adapter and caches the model on the host.
+const boosterManifest = `
+metadata: {name: llama, namespace: ns, uid: mb-uid}
+spec:
+  name: llama-3-8b
+  backends:
+  - name: h100
+    type: vLLM
+    modelURI: hf://meta-llama/Llama-3.1-8B-Instruct
+    minReplicas: 2
+    routeWeight: 70
+    env: [{name: HF_ENDPOINT, value: "https://hf.example"}]
+    envFrom: [{secretRef: {name: hf-token}}]
+    workers:
+    - type: server
+      image: vllm/vllm-openai:v0.11.0
+      replicas: 2
+      pods: 1
+      resources: {requests: {nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions: [{key: nvidia.com/gpu.product, operator: In, values: [NVIDIA-H100-80GB-HBM3]}]
+      config:
+        max-model-len: 32768
+        gpu-memory-utilization: 0.9
+        enforce-eager: true
+        disable-log-stats: false
+        override-generation-config: {temperature: 0.5}
+  - name: a100
+    type: vLLM
+    modelURI: hf://meta-llama/Llama-3.1-8B-Instruct
+    cacheURI: hostpath:///var/cache/models
+    loraAdapters:
+    - {name: sql-expert, artifactURL: "hf://example/sql-lora"}
+    workers:
+    - {type: server}
+`
+
+func parseBooster(t *testing.T, manifest string) *workloadv1alpha1.ModelBooster {
+	t.Helper()
+	mb := &workloadv1alpha1.ModelBooster{}
+	require.NoError(t, yaml.UnmarshalStrict([]byte(manifest), mb))
+	return mb
+}
+
+func build(t *testing.T, mb *workloadv1alpha1.ModelBooster) *BoosterObjects {
+	t.Helper()
+	objs, err := BuildBoosterObjects(mb)
+	require.NoError(t, err)
+	return objs
+}
+
+func assertGenerated(t *testing.T, obj metav1.Object, name, backend string) {
+	t.Helper()
+	assert.Equal(t, name, obj.GetName())
+	assert.Equal(t, "ns", obj.GetNamespace())
+	want := map[string]string{workloadv1alpha1.ModelBoosterNameLabel: "llama"}
+	if backend != "" {
+		want[workloadv1alpha1.ModelBoosterBackendLabel] = backend
+	}
+	assert.Equal(t, want, obj.GetLabels(), "labels of %s", name)
+	require.Len(t, obj.GetOwnerReferences(), 1)
+	ref := obj.GetOwnerReferences()[0]
+	assert.Equal(t, metav1.OwnerReference{APIVersion: "workload.serving.volcano.sh/v1alpha1", Kind: "ModelBooster", Name: "llama", UID: "mb-uid",
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}, ref)
+	assert.NotEmpty(t, obj.GetAnnotations()[boosterSpecHashAnnotation])
+}
+
+func TestBoosterVLLMBackendBecomesModelServingAndModelServer(t *testing.T) {
+	objs := build(t, parseBooster(t, boosterManifest))
+	require.Len(t, objs.ModelServings, 2)
+	require.Len(t, objs.ModelServers, 2)
+
+	ms := objs.ModelServings[0]
+	assertGenerated(t, ms, "llama-h100", "h100")
+	assert.Equal(t, int32(2), *ms.Spec.Replicas, "minReplicas, not autoscaled")
+	assert.Equal(t, "berth-scheduler", ms.Spec.SchedulerName)
+	assert.Nil(t, ms.Spec.Template.GangPolicy)
+	require.Len(t, ms.Spec.Template.Roles, 1)
+	role := ms.Spec.Template.Roles[0]
+	assert.Equal(t, "server", role.Name)
+	assert.Equal(t, int32(2), *role.Replicas)
+	assert.Zero(t, role.WorkerReplicas)
+	assert.Nil(t, role.WorkerTemplate)
+	pod := role.EntryTemplate.Spec
+	assert.Equal(t, "berth-scheduler", pod.SchedulerName)
+	assert.Equal(t, map[string]string{workloadv1alpha1.ModelBoosterNameLabel: "llama", workloadv1alpha1.ModelBoosterBackendLabel: "h100"},
+		role.EntryTemplate.Metadata.Labels)
+	require.NotNil(t, pod.Affinity)
+	assert.Equal(t, "nvidia.com/gpu.product", pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key)
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	assert.Equal(t, "vllm/vllm-openai:v0.11.0", c.Image)
+	assert.Equal(t, []string{"vllm", "serve"}, c.Command)
+	assert.Equal(t, []string{
+		"meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-3-8b", "--port", "8000",
+		// config, keys sorted; false left out
+		"--enforce-eager", "--gpu-memory-utilization", "0.9", "--max-model-len", "32768", "--override-generation-config", `{"temperature":0.5}`,
+	}, c.Args)
+	assert.Equal(t, []corev1.ContainerPort{{Name: "http", ContainerPort: 8000, Protocol: corev1.ProtocolTCP}}, c.Ports)
+	assert.Equal(t, []corev1.EnvVar{{Name: "HF_ENDPOINT", Value: "https://hf.example"}}, c.Env)
+	assert.Equal(t, "hf-token", c.EnvFrom[0].SecretRef.Name)
+	gpu := c.Resources.Limits["nvidia.com/gpu"]
+	assert.Equal(t, "1", gpu.String())
+	require.NotNil(t, c.ReadinessProbe)
+	assert.Equal(t, "/health", c.ReadinessProbe.HTTPGet.Path)
+	assert.Empty(t, pod.Volumes)
+
+	// The a100 backend: default image, one replica, the cache on the host, LoRA enabled.
+	ms = objs.ModelServings[1]
+	assertGenerated(t, ms, "llama-a100", "a100")
+	assert.Equal(t, int32(1), *ms.Spec.Replicas, "max(minReplicas, 1)")
+	role = ms.Spec.Template.Roles[0]
+	assert.Equal(t, int32(1), *role.Replicas, "worker replicas 0 means 1")
+	c = role.EntryTemplate.Spec.Containers[0]
+	assert.Equal(t, "vllm/vllm-openai:latest", c.Image)
+	assert.Equal(t, []string{"meta-llama/Llama-3.1-8B-Instruct", "--served-model-name", "llama-3-8b", "--port", "8000",
+		"--download-dir", "/model-cache", "--enable-lora"}, c.Args)
+	assert.Equal(t, []corev1.EnvVar{{Name: "VLLM_ALLOW_RUNTIME_LORA_UPDATING", Value: "True"}}, c.Env, "vLLM's LoRA API is on")
+	assert.Equal(t, []corev1.VolumeMount{{Name: "model-cache", MountPath: "/model-cache"}}, c.VolumeMounts)
+	require.Len(t, role.EntryTemplate.Spec.Volumes, 1)
+	assert.Equal(t, "/var/cache/models", role.EntryTemplate.Spec.Volumes[0].HostPath.Path)
+
+	srv := objs.ModelServers[0]
+	assertGenerated(t, srv, "llama-h100", "h100")
+	assert.Equal(t, "llama-3-8b", *srv.Spec.Model)
+	assert.Equal(t, networkingv1alpha1.VLLM, srv.Spec.InferenceEngine)
+	assert.Equal(t, map[string]string{workloadv1alpha1.ModelServingNameLabel: "llama-h100", workloadv1alpha1.EntryLabel: "true"},
+		srv.Spec.WorkloadSelector.MatchLabels)
+	assert.Nil(t, srv.Spec.WorkloadSelector.PDGroup)
+	assert.Equal(t, &networkingv1alpha1.WorkloadPort{Port: 8000, Protocol: "http"}, srv.Spec.WorkloadPort)
+	assert.Nil(t, srv.Spec.KVConnector)
+
+	assert.Empty(t, objs.Policies, "nothing is autoscaled")
+	assert.Empty(t, objs.Bindings)
+}
+
+func TestBoosterServedNameDefaultsToMetadataName(t *testing.T) {
+	mb := parseBooster(t, boosterManifest)
+	mb.Spec.Name = ""
+	objs := build(t, mb)
+	assert.Equal(t, "llama", *objs.ModelServers[0].Spec.Model)
+	assert.Equal(t, "llama", objs.ModelRoute.Spec.ModelName)
+	assert.Contains(t, strings.Join(objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Args, " "), "--served-model-name llama ")
+}
+
+func TestBoosterConfigArgs(t *testing.T) {
+	for _, tc := range []struct {
+		config string
+		want   []string
+	}{
+		{``, nil},
+		{`null`, nil},
+		{`{}`, nil},
+		{`{"tensor-parallel-size": 4}`, []string{"--tensor-parallel-size", "4"}},
+		{`{"--dtype": "bfloat16"}`, []string{"--dtype", "bfloat16"}},
+		{`{"trust-remote-code": true, "enable-prefix-caching": false, "quantization": null}`, []string{"--trust-remote-code"}},
+		{`{"gpu-memory-utilization": 0.95, "max-num-seqs": 256}`, []string{"--gpu-memory-utilization", "0.95", "--max-num-seqs", "256"}},
+		{`{"max_model_len": 1e4}`, []string{"--max_model_len", "1e4"}},
+		{`{"allowed-origins": ["a", "b"], "kv-transfer-config": {"kv_connector": "NixlConnector"}}`,
+			[]string{"--allowed-origins", `["a","b"]`, "--kv-transfer-config", `{"kv_connector":"NixlConnector"}`}},
+	} {
+		var cfg *apiextensionsv1.JSON
+		if tc.config != "" {
+			cfg = &apiextensionsv1.JSON{Raw: []byte(tc.config)}
+		}
+		got, err := configArgs(cfg)
+		require.NoError(t, err, tc.config)
+		assert.Equal(t, tc.want, got, tc.config)
+	}
+	_, err := configArgs(&apiextensionsv1.JSON{Raw: []byte(`["--x"]`)})
+	assert.ErrorContains(t, err, "JSON object")
+}
+
+const disaggregatedManifest = `
+metadata: {name: llama, namespace: ns, uid: mb-uid}
+spec:
+  name: llama-pd
+  backends:
+  - name: pd
+    type: vLLMDisaggregated
+    modelURI: pvc://models/llama/8b
+    cacheURI: pvc://cache/hf
+    workers:
+    - {type: decode, replicas: 2, resources: {limits: {nvidia.com/gpu: "2"}}}
+    - {type: prefill, resources: {limits: {nvidia.com/gpu: "1"}}}
+`
+
+func TestBoosterDisaggregatedBackend(t *testing.T) {
+	objs := build(t, parseBooster(t, disaggregatedManifest))
+	ms := objs.ModelServings[0]
+	require.Len(t, ms.Spec.Template.Roles, 2)
+	prefill, decode := ms.Spec.Template.Roles[0], ms.Spec.Template.Roles[1]
+	assert.Equal(t, "prefill", prefill.Name, "roles in a fixed order, whatever the workers' order")
+	assert.Equal(t, "decode", decode.Name)
+	assert.Equal(t, int32(1), *prefill.Replicas)
+	assert.Equal(t, int32(2), *decode.Replicas)
+	assert.Equal(t, &workloadv1alpha1.GangPolicy{MinRoleReplicas: map[string]int32{"prefill": 1, "decode": 2}}, ms.Spec.Template.GangPolicy,
+		"a PD group is placed whole")
+	for _, r := range ms.Spec.Template.Roles {
+		c := r.EntryTemplate.Spec.Containers[0]
+		assert.Equal(t, []string{"/model-source/llama/8b", "--served-model-name", "llama-pd", "--port", "8000", "--download-dir", "/model-cache",
+			"--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`}, c.Args, r.Name)
+		assert.Equal(t, []corev1.VolumeMount{
+			{Name: "model-source", MountPath: "/model-source", ReadOnly: true},
+			{Name: "model-cache", MountPath: "/model-cache", SubPath: "hf"},
+		}, c.VolumeMounts)
+		vols := r.EntryTemplate.Spec.Volumes
+		require.Len(t, vols, 2)
+		assert.Equal(t, "models", vols[0].PersistentVolumeClaim.ClaimName)
+		assert.True(t, vols[0].PersistentVolumeClaim.ReadOnly)
+		assert.Equal(t, "cache", vols[1].PersistentVolumeClaim.ClaimName)
+	}
+
+	srv := objs.ModelServers[0]
+	assert.Equal(t, &networkingv1alpha1.PDGroup{
+		GroupKey:      workloadv1alpha1.GroupNameLabel,
+		PrefillLabels: map[string]string{workloadv1alpha1.RoleLabel: "prefill"},
+		DecodeLabels:  map[string]string{workloadv1alpha1.RoleLabel: "decode"},
+	}, srv.Spec.WorkloadSelector.PDGroup)
+	assert.Equal(t, networkingv1alpha1.ConnectorTypeNIXL, srv.Spec.KVConnector.Type)
+
+	// A connector of the user's choice is kept, and the router follows it.
+	mb := parseBooster(t, disaggregatedManifest)
+	for i := range mb.Spec.Backends[0].Workers {
+		mb.Spec.Backends[0].Workers[i].Config = &apiextensionsv1.JSON{Raw: []byte(`{"kv-transfer-config": {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}}`)}
+	}
+	objs = build(t, mb)
+	assert.Equal(t, networkingv1alpha1.ConnectorTypeLMCache, objs.ModelServers[0].Spec.KVConnector.Type)
+	args := objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Args
+	assert.Equal(t, 1, strings.Count(strings.Join(args, " "), "--kv-transfer-config"))
+	assert.Contains(t, args, `{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}`)
+}
+
+func TestBoosterMindIEDisaggregatedWithControlPlaneRoles(t *testing.T) {
+	mb := parseBooster(t, `
+metadata: {name: llama, namespace: ns, uid: mb-uid}
+spec:
+  backends:
+  - name: ascend
+    type: MindIEDisaggregated
+    modelURI: hf://org/model
+    workers:
+    - {type: prefill}
+    - {type: decode}
+    - {type: coordinator, image: mindie-ms, config: {log-level: debug}}
+    - {type: controller, image: mindie-ms}
+`)
+	objs := build(t, mb)
+	ms := objs.ModelServings[0]
+	var names []string
+	for _, r := range ms.Spec.Template.Roles {
+		names = append(names, r.Name)
+	}
+	assert.Equal(t, []string{"prefill", "decode", "controller", "coordinator"}, names)
+	assert.Equal(t, map[string]int32{"prefill": 1, "decode": 1}, ms.Spec.Template.GangPolicy.MinRoleReplicas)
+	coord := ms.Spec.Template.Roles[3].EntryTemplate.Spec.Containers[0]
+	assert.Equal(t, "mindie-ms", coord.Image)
+	assert.Nil(t, coord.Command)
+	assert.Equal(t, []string{"--log-level", "debug"}, coord.Args, "no model flags: the coordinator serves no model")
+	prefill := ms.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0]
+	assert.Equal(t, []string{"--model", "org/model", "--served-model-name", "llama", "--port", "1025"}, prefill.Args)
+	assert.Equal(t, int32(1025), prefill.Ports[0].ContainerPort)
+	assert.Nil(t, prefill.ReadinessProbe)
+
+	srv := objs.ModelServers[0]
+	assert.Equal(t, networkingv1alpha1.VLLM, srv.Spec.InferenceEngine, "MindIE speaks the vLLM-compatible API")
+	assert.Equal(t, networkingv1alpha1.ConnectorTypeHTTP, srv.Spec.KVConnector.Type)
+	assert.Equal(t, int32(1025), srv.Spec.WorkloadPort.Port)
+}
+
+func TestBoosterSGLangAndMultiPodReplicas(t *testing.T) {
+	mb := parseBooster(t, `
+metadata: {name: m, namespace: ns, uid: mb-uid}
+spec:
+  name: qwen
+  backends:
+  - name: sg
+    type: SGLang
+    modelURI: hf://Qwen/Qwen3-8B
+    workers: [{type: server, pods: 2, config: {tp-size: 16}}]
+  - name: vl
+    type: vLLM
+    modelURI: s3://bucket/qwen
+    workers: [{type: server, pods: 3, config: {pipeline-parallel-size: 3, hf-overrides: {"a": "b c"}}}]
+  - name: mi
+    type: MindIE
+    modelURI: hf://Qwen/Qwen3-8B
+    workers: [{type: server}]
+`)
+	objs := build(t, mb)
+
+	sg := objs.ModelServings[0].Spec.Template.Roles[0]
+	c := sg.EntryTemplate.Spec.Containers[0]
+	assert.Equal(t, "lmsysorg/sglang:latest", c.Image)
+	assert.Equal(t, []string{"python3", "-m", "sglang.launch_server"}, c.Command)
+	assert.Equal(t, []string{"--model-path", "Qwen/Qwen3-8B", "--host", "0.0.0.0", "--served-model-name", "qwen", "--port", "30000",
+		"--nnodes", "2", "--node-rank", "$(WORKER_INDEX)", "--dist-init-addr", "$(ENTRY_ADDRESS):5000", "--tp-size", "16"}, c.Args,
+		"the worker's config comes last")
+	assert.Equal(t, int32(1), sg.WorkerReplicas, "pods 2: the entry and one worker")
+	require.NotNil(t, sg.WorkerTemplate)
+	assert.Equal(t, c.Args, sg.WorkerTemplate.Spec.Containers[0].Args, "every SGLang rank runs the server")
+	assert.Nil(t, sg.WorkerTemplate.Spec.Containers[0].ReadinessProbe)
+	assert.Equal(t, networkingv1alpha1.SGLang, objs.ModelServers[0].Spec.InferenceEngine)
+	assert.Equal(t, int32(30000), objs.ModelServers[0].Spec.WorkloadPort.Port)
+
+	vl := objs.ModelServings[1].Spec.Template.Roles[0]
+	assert.Equal(t, int32(2), vl.WorkerReplicas)
+	c = vl.EntryTemplate.Spec.Containers[0]
+	assert.Equal(t, []string{"/bin/sh", "-c"}, c.Command)
+	assert.Equal(t, []string{`ray start --head --port=6379 && exec vllm serve s3://bucket/qwen --served-model-name qwen --port 8000 ` +
+		`--distributed-executor-backend ray --hf-overrides '{"a":"b c"}' --pipeline-parallel-size 3`}, c.Args)
+	w := vl.WorkerTemplate.Spec.Containers[0]
+	assert.Equal(t, []string{"ray start --block --address=$(ENTRY_ADDRESS):6379"}, w.Args)
+	assert.Empty(t, w.Ports)
+
+	mi := objs.ModelServings[2].Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0]
+	assert.Equal(t, "swr.cn-south-1.myhuaweicloud.com/ascendhub/mindie:latest", mi.Image)
+	assert.Equal(t, int32(1025), mi.Ports[0].ContainerPort)
+}
+
+func TestBoosterRouteWeightsAndLoRA(t *testing.T) {
+	mb := parseBooster(t, boosterManifest)
+	mb.Spec.ModelMatch = &networkingv1alpha1.ModelMatch{Headers: map[string]networkingv1alpha1.StringMatch{"x-team": {Exact: ptr.To("sql")}}}
+	mb.Spec.Backends[0].LoraAdapters = []workloadv1alpha1.LoraAdapter{{Name: "chat", ArtifactURL: "s3://b/chat"}, {Name: "sql-expert", ArtifactURL: "hf://example/sql-lora"}}
+	route := build(t, mb).ModelRoute
+	assertGenerated(t, route, "llama", "")
+	assert.Equal(t, "llama-3-8b", route.Spec.ModelName)
+	assert.Equal(t, []string{"chat", "sql-expert"}, route.Spec.LoraAdapters, "the union of every backend's adapters, each once")
+
+	h100 := networkingv1alpha1.TargetModel{ModelServerName: "llama-h100", Weight: ptr.To[uint32](70)}
+	a100 := networkingv1alpha1.TargetModel{ModelServerName: "llama-a100", Weight: ptr.To[uint32](100)}
+	require.Len(t, route.Spec.Rules, 2)
+	// "chat" is only on h100: its own rule, first, so it never reaches an a100 engine.
+	assert.Equal(t, networkingv1alpha1.Rule{
+		Name: "lora-chat",
+		ModelMatch: &networkingv1alpha1.ModelMatch{
+			Headers: map[string]networkingv1alpha1.StringMatch{"x-team": {Exact: ptr.To("sql")}},
+			Body:    &networkingv1alpha1.BodyMatch{Model: ptr.To("chat")},
+		},
+		TargetModels: []networkingv1alpha1.TargetModel{h100},
+	}, route.Spec.Rules[0])
+	assert.Equal(t, networkingv1alpha1.Rule{Name: "default", ModelMatch: mb.Spec.ModelMatch, TargetModels: []networkingv1alpha1.TargetModel{h100, a100}},
+		route.Spec.Rules[1], "sql-expert is on both backends: the default rule serves it")
+}
+
+func TestBoosterAutoscalingPerBackendAndOptimizer(t *testing.T) {
+	mb := parseBooster(t, boosterManifest)
+	policy := &workloadv1alpha1.AutoscalingPolicySpec{Metrics: []workloadv1alpha1.AutoscalingPolicyMetric{{MetricName: "vllm:num_requests_waiting"}}}
+	// h100 has a policy of its own; the model's policy covers a100 (and a third backend).
+	mb.Spec.Backends[0].AutoscalingPolicy = policy.DeepCopy()
+	mb.Spec.Backends[0].MaxReplicas = 8
+	mb.Spec.AutoscalingPolicy = &workloadv1alpha1.AutoscalingPolicySpec{TolerancePercent: ptr.To[int32](5)}
+	mb.Spec.Backends[1].MinReplicas = 0
+	mb.Spec.Backends[1].ScalingCost = 60
+	mb.Spec.Backends[1].ScaleToZeroGracePeriod = &metav1.Duration{Duration: 10 * time.Minute}
+	sg := mb.Spec.Backends[1].DeepCopy()
+	sg.Name, sg.Type, sg.MinReplicas, sg.MaxReplicas, sg.ScalingCost = "sg", workloadv1alpha1.ModelBackendTypeSGLang, 1, 3, 40
+	sg.ScaleToZeroGracePeriod = nil
+	mb.Spec.Backends = append(mb.Spec.Backends, *sg)
+	objs := build(t, mb)
+
+	assert.Equal(t, int32(2), *objs.ModelServings[0].Spec.Replicas, "autoscaled: minReplicas at creation")
+	assert.Equal(t, int32(0), *objs.ModelServings[1].Spec.Replicas, "autoscaled with minReplicas 0 starts at 0")
+	assert.Equal(t, "10m0s", objs.ModelServings[1].Annotations[workloadv1alpha1.ScaleToZeroGracePeriodAnnotation])
+	assert.NotContains(t, objs.ModelServings[0].Annotations, workloadv1alpha1.ScaleToZeroGracePeriodAnnotation)
+
+	require.Len(t, objs.Policies, 2)
+	require.Len(t, objs.Bindings, 2)
+	assertGenerated(t, objs.Policies[0], "llama-h100", "h100")
+	assert.Equal(t, *policy, objs.Policies[0].Spec)
+	assertGenerated(t, objs.Bindings[0], "llama-h100", "h100")
+	assert.Equal(t, workloadv1alpha1.AutoscalingPolicyBindingSpec{
+		PolicyRef: corev1.LocalObjectReference{Name: "llama-h100"},
+		ScalingConfiguration: &workloadv1alpha1.ScalingConfiguration{
+			Target: workloadv1alpha1.Target{
+				TargetRef:      corev1.ObjectReference{APIVersion: "workload.serving.volcano.sh/v1alpha1", Kind: "ModelServing", Name: "llama-h100"},
+				MetricEndpoint: &workloadv1alpha1.MetricEndpoint{URI: "/metrics", Port: 8000},
+			},
+			MinReplicas: 2, MaxReplicas: 8,
+		},
+	}, objs.Bindings[0].Spec)
+
+	assertGenerated(t, objs.Policies[1], "llama", "")
+	assert.Equal(t, int32(5), *objs.Policies[1].Spec.TolerancePercent)
+	assertGenerated(t, objs.Bindings[1], "llama", "")
+	opt := objs.Bindings[1].Spec.OptimizerConfiguration
+	require.NotNil(t, opt)
+	assert.Nil(t, objs.Bindings[1].Spec.ScalingConfiguration)
+	assert.Equal(t, int32(200), *opt.CostExpansionRatePercent, "the default rate")
+	require.Len(t, opt.Params, 2, "only the backends without a policy of their own")
+	assert.Equal(t, workloadv1alpha1.OptimizerParam{
+		Target: workloadv1alpha1.Target{
+			TargetRef:      corev1.ObjectReference{APIVersion: "workload.serving.volcano.sh/v1alpha1", Kind: "ModelServing", Name: "llama-a100"},
+			MetricEndpoint: &workloadv1alpha1.MetricEndpoint{URI: "/metrics", Port: 8000},
+		},
+		Cost: 60, MinReplicas: 0, MaxReplicas: 1, // maxReplicas unset: max(minReplicas, 1)
+	}, opt.Params[0])
+	assert.Equal(t, "llama-sg", opt.Params[1].Target.TargetRef.Name)
+	assert.Equal(t, int32(30000), opt.Params[1].Target.MetricEndpoint.Port)
+	assert.Equal(t, int32(40), opt.Params[1].Cost)
+	assert.Equal(t, int32(3), opt.Params[1].MaxReplicas)
+
+	mb.Spec.CostExpansionRatePercent = ptr.To[int32](150)
+	assert.Equal(t, int32(150), *build(t, mb).Bindings[1].Spec.OptimizerConfiguration.CostExpansionRatePercent)
+
+	// Every backend with its own policy: the model's policy applies to none.
+	for i := range mb.Spec.Backends {
+		mb.Spec.Backends[i].AutoscalingPolicy = policy.DeepCopy()
+	}
+	objs = build(t, mb)
+	assert.Len(t, objs.Policies, 3)
+	for _, b := range objs.Bindings {
+		assert.NotNil(t, b.Spec.ScalingConfiguration, b.Name)
+	}
+}
+
+func TestBoosterInvalidSpecs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		backend string
+		want    []string // substrings of the error, each naming a field
+	}{
+		{"disaggregated without decode", `{name: pd, type: vLLMDisaggregated, modelURI: "hf://m", workers: [{type: prefill}]}`,
+			[]string{"spec.backends[0].workers: Required value: a vLLMDisaggregated backend needs a worker of type decode"}},
+		{"disaggregated with a server", `{name: pd, type: MindIEDisaggregated, modelURI: "hf://m", workers: [{type: server}, {type: prefill}, {type: decode}]}`,
+			[]string{`spec.backends[0].workers[0].type: Unsupported value: "server"`}},
+		{"vLLM without a server", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{type: decode}]}`,
+			[]string{`spec.backends[0].workers[0].type: Unsupported value: "decode"`, "spec.backends[0].workers: Required value: a vLLM backend needs a worker of type server"}},
+		{"aggregated with a coordinator", `{name: a, type: SGLang, modelURI: "hf://m", workers: [{type: server}, {type: coordinator}]}`,
+			[]string{`spec.backends[0].workers[1].type: Unsupported value: "coordinator"`}},
+		{"two servers", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{type: server}, {type: server}]}`,
+			[]string{`spec.backends[0].workers[1].type: Duplicate value: "server"`}},
+		{"no model", `{name: a, type: vLLM, workers: [{type: server}]}`,
+			[]string{"spec.backends[0].modelURI: Required value"}},
+		{"config not an object", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{type: server, config: [1]}]}`,
+			[]string{"spec.backends[0].workers[0].config: Invalid value"}},
+		{"config sets the port", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{type: server, config: {port: 9000, served_model_name: x}}]}`,
+			[]string{"spec.backends[0].workers[0].config[port]: Forbidden", "spec.backends[0].workers[0].config[served-model-name]: Forbidden"}},
+		{"adapter named like the model", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{}], loraAdapters: [{name: llama, artifactURL: "hf://x"}]}`,
+			[]string{"spec.backends[0].loraAdapters[0].name: Invalid value"}},
+		{"name too long for a label", `{name: a-very-long-backend-name-that-will-surely-not-fit-into-a-label, type: vLLM, modelURI: "hf://m", workers: [{}]}`,
+			[]string{"spec.backends[0].name: Invalid value"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mb := parseBooster(t, "metadata: {name: llama, namespace: ns}\nspec:\n  backends:\n  - "+tc.backend+"\n")
+			objs, err := BuildBoosterObjects(mb)
+			require.Error(t, err)
+			assert.Nil(t, objs, "nothing is built from an invalid spec")
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+
+	// One adapter name with two artifacts across backends.
+	mb := parseBooster(t, boosterManifest)
+	mb.Spec.Backends[0].LoraAdapters = []workloadv1alpha1.LoraAdapter{{Name: "sql-expert", ArtifactURL: "hf://other/sql"}}
+	_, err := BuildBoosterObjects(mb)
+	assert.ErrorContains(t, err, "spec.backends[1].loraAdapters[0].artifactURL")
+}
+
+// The example applies unchanged and compiles to what its comments promise.
+func TestBoosterExampleManifest(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "modelbooster-two-accelerators.yaml"))
+	require.NoError(t, err)
+	mb := &workloadv1alpha1.ModelBooster{}
+	require.NoError(t, yaml.Unmarshal(raw, mb))
+	objs := build(t, mb)
+	require.Len(t, objs.ModelServings, 2)
+	assert.Equal(t, "llama-3-1-8b-h100", objs.ModelServings[0].Name)
+	assert.Equal(t, "10m0s", objs.ModelServings[1].Annotations[workloadv1alpha1.ScaleToZeroGracePeriodAnnotation])
+	require.Len(t, objs.Bindings, 1, "the model's policy covers both backends")
+	opt := objs.Bindings[0].Spec.OptimizerConfiguration
+	assert.Equal(t, int32(150), *opt.CostExpansionRatePercent)
+	assert.Equal(t, []int32{100, 60}, []int32{opt.Params[0].Cost, opt.Params[1].Cost})
+	assert.Equal(t, []int32{8, 4}, []int32{opt.Params[0].MaxReplicas, opt.Params[1].MaxReplicas})
+	assert.Equal(t, []string{"sql-expert"}, objs.ModelRoute.Spec.LoraAdapters)
+	require.NotNil(t, objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Volumes[0].HostPath)
+	assert.Equal(t, "/var/cache/models", objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Volumes[0].HostPath.Path)
+}
+
+func TestSyncSpecIgnoresServerDefaultsButNotRealChanges(t *testing.T) {
+	mb := parseBooster(t, boosterManifest)
+	want := build(t, mb).ModelServings[0]
+	// As the apiserver returns it: defaults filled in, someone else's label, a resourceVersion.
+	have := want.DeepCopy()
+	have.ResourceVersion = "7"
+	have.Labels["team"] = "infra"
+	have.Spec.RecoveryPolicy = workloadv1alpha1.RoleRecreate
+	have.Spec.RolloutStrategy = &workloadv1alpha1.RolloutStrategy{Type: workloadv1alpha1.ServingGroupRollingUpdate}
+	have.Spec.Template.RestartGracePeriodSeconds = ptr.To[int64](0)
+	have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolTCP
+	assert.False(t, syncServing(mb, have, want), "server defaults alone cause no write")
+	assert.Equal(t, "infra", have.Labels["team"])
+
+	// Someone edited a generated field: it is put back.
+	have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image = "other"
+	assert.True(t, syncServing(mb, have, want))
+	assert.Equal(t, "vllm/vllm-openai:v0.11.0", have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image)
+	assert.Equal(t, "infra", have.Labels["team"], "others' labels are kept")
+
+	// The ModelBooster dropped a field (affinity): the hash changes, the spec is replaced.
+	mb.Spec.Backends[0].Workers[0].Affinity = nil
+	want = build(t, mb).ModelServings[0]
+	assert.True(t, syncServing(mb, have, want))
+	assert.Nil(t, have.Spec.Template.Roles[0].EntryTemplate.Spec.Affinity)
+
+	// Not autoscaled: replicas are put back to max(minReplicas, 1).
+	have.Spec.Replicas = ptr.To[int32](5)
+	assert.True(t, syncServing(mb, have, want))
+	assert.Equal(t, int32(2), *have.Spec.Replicas)
+
+	// Autoscaled: the autoscaler's count stays, even when the template changes.
+	mb.Spec.AutoscalingPolicy = &workloadv1alpha1.AutoscalingPolicySpec{}
+	mb.Spec.Backends[0].Workers[0].Image = "vllm/vllm-openai:v0.12.0"
+	want = build(t, mb).ModelServings[0]
+	have.Spec.Replicas = ptr.To[int32](5)
+	assert.True(t, syncServing(mb, have, want))
+	assert.Equal(t, int32(5), *have.Spec.Replicas)
+	assert.Equal(t, "vllm/vllm-openai:v0.12.0", have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image)
+	assert.False(t, syncServing(mb, have, want))
+
+	// The scale-to-zero annotation follows the spec both ways.
+	mb.Spec.Backends[0].ScaleToZeroGracePeriod = &metav1.Duration{Duration: 90 * time.Second}
+	assert.True(t, syncServing(mb, have, build(t, mb).ModelServings[0]))
+	assert.Equal(t, "1m30s", have.Annotations[workloadv1alpha1.ScaleToZeroGracePeriodAnnotation])
+	mb.Spec.Backends[0].ScaleToZeroGracePeriod = nil
+	assert.True(t, syncServing(mb, have, build(t, mb).ModelServings[0]))
+	assert.NotContains(t, have.Annotations, workloadv1alpha1.ScaleToZeroGracePeriodAnnotation)
+}
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(s))
+	require.NoError(t, workloadv1alpha1.AddToScheme(s))
+	require.NoError(t, networkingv1alpha1.AddToScheme(s))
+	return s
+}
+
+// The reconciler against a fake client: autoscaled replicas survive, autoscaling turned
+// off removes its policy and binding, an invalid spec changes nothing, and a name taken by
+// someone else's object is reported rather than overwritten.
+func TestBoosterReconcilerOwnsWhatItGenerates(t *testing.T) {
+	ctx := context.Background()
+	mb := parseBooster(t, boosterManifest)
+	mb.Spec.Backends[1].LoraAdapters = nil // no engines to call here
+	mb.Spec.AutoscalingPolicy = &workloadv1alpha1.AutoscalingPolicySpec{Metrics: []workloadv1alpha1.AutoscalingPolicyMetric{{MetricName: "m"}}}
+	mb.Generation = 1
+	cl := fake.NewClientBuilder().WithScheme(testScheme(t)).WithStatusSubresource(&workloadv1alpha1.ModelBooster{}).WithObjects(mb).Build()
+	r := &BoosterReconciler{Client: cl}
+	reconcile := func() {
+		t.Helper()
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(mb)})
+		require.NoError(t, err)
+		require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(mb), mb))
+	}
+	reconcile()
+	ms := &workloadv1alpha1.ModelServing{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-h100"}, ms))
+	assert.Equal(t, int32(2), *ms.Spec.Replicas)
+	binding := &workloadv1alpha1.AutoscalingPolicyBinding{}
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama"}, binding))
+	ready := meta.FindStatusCondition(mb.Status.Conditions, BoosterReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, ReasonBackendsNotReady, ready.Reason)
+	assert.Contains(t, ready.Message, "backend h100: 0 of 2 ServingGroups available")
+	assert.Equal(t, []workloadv1alpha1.ModelBackendStatus{{Name: "h100"}, {Name: "a100"}}, mb.Status.BackendStatuses)
+	assert.Equal(t, int64(1), mb.Status.ObservedGeneration)
+
+	// The autoscaler scales h100 to 5; the controller leaves it.
+	ms.Spec.Replicas = ptr.To[int32](5)
+	require.NoError(t, cl.Update(ctx, ms))
+	reconcile()
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(ms), ms))
+	assert.Equal(t, int32(5), *ms.Spec.Replicas)
+
+	// Autoscaling off: the policy and binding go, replicas return to max(minReplicas, 1).
+	mb.Spec.AutoscalingPolicy = nil
+	require.NoError(t, cl.Update(ctx, mb))
+	reconcile()
+	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama"}, binding)))
+	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama"}, &workloadv1alpha1.AutoscalingPolicy{})))
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(ms), ms))
+	assert.Equal(t, int32(2), *ms.Spec.Replicas)
+
+	// An invalid spec: reported, nothing changed or deleted.
+	before := ms.ResourceVersion
+	mb.Spec.Backends[0].Workers[0].Type = workloadv1alpha1.ModelWorkerTypePrefill
+	mb.Spec.Backends[1].Name = "renamed"
+	require.NoError(t, cl.Update(ctx, mb))
+	reconcile()
+	ready = meta.FindStatusCondition(mb.Status.Conditions, BoosterReady)
+	assert.Equal(t, ReasonInvalidSpec, ready.Reason)
+	assert.Contains(t, ready.Message, "spec.backends[0].workers[0].type")
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(ms), ms))
+	assert.Equal(t, before, ms.ResourceVersion)
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-a100"}, ms), "a100 is not deleted while the spec is invalid")
+
+	// Valid again with a100 renamed: its objects go, the new backend's come.
+	mb.Spec.Backends[0].Workers[0].Type = workloadv1alpha1.ModelWorkerTypeServer
+	require.NoError(t, cl.Update(ctx, mb))
+	reconcile()
+	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-a100"}, &workloadv1alpha1.ModelServing{})))
+	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-a100"}, &networkingv1alpha1.ModelServer{})))
+	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-renamed"}, &workloadv1alpha1.ModelServing{}))
+
+	// Someone else's ModelServer holds a generated name: reported, left alone.
+	foreign := &networkingv1alpha1.ModelServer{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "llama-extra"},
+		Spec: networkingv1alpha1.ModelServerSpec{InferenceEngine: networkingv1alpha1.SGLang}}
+	require.NoError(t, cl.Create(ctx, foreign))
+	extra := mb.Spec.Backends[1].DeepCopy()
+	extra.Name = "extra"
+	mb.Spec.Backends = append(mb.Spec.Backends, *extra)
+	require.NoError(t, cl.Update(ctx, mb))
+	reconcile()
+	ready = meta.FindStatusCondition(mb.Status.Conditions, BoosterReady)
+	assert.Equal(t, ReasonNameConflict, ready.Reason)
+	assert.Contains(t, ready.Message, "ModelServer llama-extra exists and is not controlled by any object")
+	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(foreign), foreign))
+	assert.Equal(t, networkingv1alpha1.SGLang, foreign.Spec.InferenceEngine)
+	assert.Empty(t, foreign.OwnerReferences)
+}
+
+// The adapters of one engine are made exactly the backend's: missing ones loaded from the
+// artifact's Hugging Face repo, ones the spec dropped unloaded, the base model untouched.
+func TestSyncPodAdaptersLoadsAndUnloads(t *testing.T) {
+	srv := engine.New(engine.Config{Model: "llama-3-8b", TimeScale: 0.01})
+	require.NoError(t, srv.Start("127.0.0.1:0"))
+	t.Cleanup(func() { _ = srv.Close() })
+	host, port, err := net.SplitHostPort(srv.Addr())
+	require.NoError(t, err)
+	portNum, err := strconv.Atoi(port)
+	require.NoError(t, err)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "llama-a100-0-server-0-0"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(portNum)}}}}},
+		Status:     corev1.PodStatus{PodIP: host},
+	}
+	post := func(path, body string) {
+		resp, err := http.Post("http://"+srv.Addr()+path, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	post("/v1/load_lora_adapter", `{"lora_name":"dropped","lora_path":"/old"}`)
+	post("/v1/load_lora_adapter", `{"lora_name":"kept","lora_path":"org/kept"}`)
+
+	mb := parseBooster(t, boosterManifest)
+	b := &mb.Spec.Backends[1]
+	b.LoraAdapters = []workloadv1alpha1.LoraAdapter{{Name: "kept", ArtifactURL: "hf://org/kept"}, {Name: "sql-expert", ArtifactURL: "hf://example/sql-lora"}}
+	r := &BoosterReconciler{}
+	require.NoError(t, r.syncPodAdapters(context.Background(), mb, b, pod))
+	assert.Equal(t, []string{"kept", "sql-expert"}, srv.Stats().LoadedAdapters)
+	loaded, err := r.loadedAdapters(context.Background(), "http://"+srv.Addr())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"kept", "sql-expert"}, loaded)
+	require.NoError(t, r.syncPodAdapters(context.Background(), mb, b, pod), "a second pass has nothing to do")
+
+	// An engine that is gone: an error for the condition, not a hang or a panic.
+	_ = srv.Close()
+	err = r.syncPodAdapters(context.Background(), mb, b, pod)
+	assert.ErrorContains(t, err, "list models")
+}
