@@ -39,6 +39,8 @@ type Load struct {
 type loadReport struct {
 	scaledUp bool
 	ok, bad  int64
+	// errors are the first few distinct failures, so a failed request explains itself.
+	errors []string
 }
 
 // runLoad sends streaming chat completions for models through the router and prints, every
@@ -67,6 +69,8 @@ func runLoad(ctx context.Context, cl client.Client, routerURL string, models []s
 	var inFlight, ok, bad atomic.Int64
 	var ttftMu sync.Mutex
 	var ttfts []time.Duration
+	var errMu sync.Mutex
+	seenErr := map[string]bool{}
 	httpc := &http.Client{Timeout: 2 * time.Minute}
 	var wg sync.WaitGroup
 	for i := range l.Concurrency {
@@ -92,6 +96,12 @@ func runLoad(ctx context.Context, cl client.Client, routerURL string, models []s
 					ttftMu.Unlock()
 				case loadCtx.Err() == nil:
 					bad.Add(1)
+					errMu.Lock()
+					if msg := err.Error(); !seenErr[msg] && len(rep.errors) < 3 {
+						seenErr[msg] = true
+						rep.errors = append(rep.errors, msg)
+					}
+					errMu.Unlock()
 					time.Sleep(200 * time.Millisecond)
 				}
 			}
@@ -133,14 +143,14 @@ func runLoad(ctx context.Context, cl client.Client, routerURL string, models []s
 				elapsed.Seconds(), inFlight.Load(), ok.Load(), bad.Load(), ttft, state)
 			lastLine, lastAt = state, time.Now()
 		}
-		if time.Now().After(end) {
+		if time.Now().After(end) || ctx.Err() != nil {
+			stop()
+			wg.Wait()
 			rep.ok, rep.bad = ok.Load(), bad.Load()
 			return rep, nil
 		}
 		select {
 		case <-ctx.Done():
-			rep.ok, rep.bad = ok.Load(), bad.Load()
-			return rep, nil
 		case <-ticker.C:
 		}
 	}

@@ -253,6 +253,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(out, "load done: %d requests answered, %d failed\n", rep.ok, rep.bad)
+		for _, e := range rep.errors {
+			fmt.Fprintf(out, "  failed: %s\n", e)
+		}
 		if !rep.scaledUp {
 			return errors.New("no autoscaler scaled anything up under the load (is an AutoscalingPolicyBinding or a ModelBooster with a policy applied?)")
 		}

@@ -76,7 +76,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 	x.model = in.Model
 
 	snap := r.view.Snapshot()
-	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header}, r.uniform)
+	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header, Serving: snap.Serving}, r.uniform)
 	if res.Route != nil {
 		x.route = res.Route.Namespace + "/" + res.Route.Name
 	}

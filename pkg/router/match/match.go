@@ -21,6 +21,10 @@ type Input struct {
 	Model  string
 	Path   string
 	Header http.Header
+	// Serving, when set, says whether a ModelServer (namespace, name) has a Ready endpoint.
+	// The weighted draw then skips targets that cannot serve, as long as another target of
+	// the rule can: a backend scaled to zero must not fail its share of the traffic.
+	Serving func(namespace, name string) bool
 }
 
 // Result is the chosen route, rule and target.
@@ -201,8 +205,26 @@ func (t *Table) Match(in Input, rnd func(n uint64) uint64) (Result, error) {
 		if ru.total == 0 {
 			return res, fmt.Errorf("%w: rule %s of ModelRoute %s/%s has no target with weight above 0", ErrNoTraffic, ru.name, r.obj.Namespace, r.obj.Name)
 		}
-		n := rnd(ru.total)
+		total, usable := ru.total, func(networkingv1alpha1.TargetModel) bool { return true }
+		if in.Serving != nil {
+			var serving uint64
+			for _, tm := range ru.targets {
+				if in.Serving(r.obj.Namespace, tm.ModelServerName) {
+					serving += uint64(weightOf(tm))
+				}
+			}
+			// With no target serving, draw over all: the request then fails naming the
+			// target it drew, which is what the user needs to see.
+			if serving > 0 && serving < total {
+				total = serving
+				usable = func(tm networkingv1alpha1.TargetModel) bool { return in.Serving(r.obj.Namespace, tm.ModelServerName) }
+			}
+		}
+		n := rnd(total)
 		for _, tm := range ru.targets {
+			if !usable(tm) {
+				continue
+			}
 			w := uint64(weightOf(tm))
 			if n < w {
 				res.Target = tm.ModelServerName

@@ -104,6 +104,36 @@ func TestZeroWeightTakesNoTraffic(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoTraffic)
 }
 
+// A target whose ModelServer has no Ready endpoint (a backend scaled to zero) takes none of
+// the traffic while another target can serve; the others keep their relative weights.
+func TestTargetsWithoutEndpointsAreSkipped(t *testing.T) {
+	table, _ := NewTable([]*networkingv1alpha1.ModelRoute{mr("r", 0, networkingv1alpha1.ModelRouteSpec{ModelName: "m", Rules: []networkingv1alpha1.Rule{
+		{TargetModels: []networkingv1alpha1.TargetModel{{ModelServerName: "h100", Weight: w(60)}, {ModelServerName: "a100", Weight: w(30)}, {ModelServerName: "l40", Weight: w(10)}}},
+	}})})
+	rng := rand.New(rand.NewPCG(3, 4))
+	up := map[string]bool{"h100": true, "l40": true}
+	in := Input{Model: "m", Path: "/", Serving: func(ns, name string) bool { assert.Equal(t, "ns", ns); return up[name] }}
+	counts := map[string]int{}
+	for range 7000 {
+		res, err := table.Match(in, rng.Uint64N)
+		require.NoError(t, err)
+		counts[res.Target]++
+	}
+	assert.Zero(t, counts["a100"])
+	assert.InDelta(t, 6000, counts["h100"], 300, "60:10 of the serving targets")
+	assert.InDelta(t, 1000, counts["l40"], 300)
+
+	// Nothing serving: the draw is over every target, so the failure names one.
+	up = map[string]bool{}
+	counts = map[string]int{}
+	for range 1000 {
+		res, err := table.Match(in, rng.Uint64N)
+		require.NoError(t, err)
+		counts[res.Target]++
+	}
+	assert.Len(t, counts, 3)
+}
+
 // TestWeightsChiSquared: over many requests the split follows the weights (chi-squared test
 // at 3 degrees of freedom, p = 0.001 critical value 16.27).
 func TestWeightsChiSquared(t *testing.T) {

@@ -99,6 +99,16 @@ func (s *Snapshot) Server(namespace, name string) *Server {
 	return s.Servers[types.NamespacedName{Namespace: namespace, Name: name}]
 }
 
+// Serving is true when the ModelServer exists and has a Ready endpoint for a whole request
+// (for a PD server: a prefill and a decode endpoint).
+func (s *Snapshot) Serving(namespace, name string) bool {
+	srv := s.Server(namespace, name)
+	if srv == nil {
+		return false
+	}
+	return len(srv.Endpoints) > 0 || (len(srv.Prefill) > 0 && len(srv.Decode) > 0)
+}
+
 // View keeps the Snapshot current.
 type View struct {
 	cache    cache.Cache
