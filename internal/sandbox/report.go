@@ -54,6 +54,7 @@ func (t tracked) has(ms *workloadv1alpha1.ModelServing) bool {
 // PodGroups, and the nodes (for their leaf and spine).
 type snapshot struct {
 	servings []serving
+	boosters []*workloadv1alpha1.ModelBooster
 	nodes    map[string]*corev1.Node
 }
 
@@ -73,6 +74,17 @@ func observe(ctx context.Context, cl client.Client, t tracked) (*snapshot, error
 		return nil, err
 	}
 	snap := &snapshot{nodes: map[string]*corev1.Node{}}
+	// A ModelBooster's ModelServings appear only once the controller made them: wait for
+	// the ModelBooster itself to be Ready too.
+	var boosters workloadv1alpha1.ModelBoosterList
+	if err := cl.List(ctx, &boosters); err != nil {
+		return nil, err
+	}
+	for i := range boosters.Items {
+		if t.uids[boosters.Items[i].UID] {
+			snap.boosters = append(snap.boosters, &boosters.Items[i])
+		}
+	}
 	for i := range nodes.Items {
 		snap.nodes[nodes.Items[i].Name] = &nodes.Items[i]
 	}
@@ -110,7 +122,18 @@ func available(ms *workloadv1alpha1.ModelServing) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == ms.Generation
 }
 
+// boosterReady is the ModelBooster's Ready condition, current for its spec.
+func boosterReady(mb *workloadv1alpha1.ModelBooster) bool {
+	c := meta.FindStatusCondition(mb.Status.Conditions, "Ready")
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == mb.Generation
+}
+
 func (s *snapshot) allAvailable() bool {
+	for _, mb := range s.boosters {
+		if !boosterReady(mb) {
+			return false
+		}
+	}
 	for _, sv := range s.servings {
 		if !available(sv.ms) {
 			return false
@@ -125,6 +148,13 @@ func key(ms *workloadv1alpha1.ModelServing) string { return ms.Namespace + "/" +
 // "modelserving default/x: 1/2 groups available, 3/6 pods running".
 func (s *snapshot) progress() map[string]string {
 	lines := map[string]string{}
+	for _, mb := range s.boosters {
+		line := fmt.Sprintf("modelbooster %s/%s: not reconciled yet", mb.Namespace, mb.Name)
+		if c := meta.FindStatusCondition(mb.Status.Conditions, "Ready"); c != nil {
+			line = fmt.Sprintf("modelbooster %s/%s: Ready=%s %s: %s", mb.Namespace, mb.Name, c.Status, c.Reason, c.Message)
+		}
+		lines["modelbooster "+mb.Namespace+"/"+mb.Name] = line
+	}
 	for _, sv := range s.servings {
 		want := int32(1)
 		if sv.ms.Spec.Replicas != nil {
@@ -204,6 +234,17 @@ func orDash(s string) string {
 // Available condition, its PodGroups' conditions and why its pending pods are not placed.
 func (s *snapshot) notAvailable() string {
 	var b strings.Builder
+	for _, mb := range s.boosters {
+		if boosterReady(mb) {
+			continue
+		}
+		fmt.Fprintf(&b, "modelbooster %s/%s is not Ready: ", mb.Namespace, mb.Name)
+		if c := meta.FindStatusCondition(mb.Status.Conditions, "Ready"); c != nil {
+			fmt.Fprintf(&b, "%s: %s\n", c.Reason, c.Message)
+		} else {
+			b.WriteString("no Ready condition yet (berth-controller has not reconciled it)\n")
+		}
+	}
 	for _, sv := range s.servings {
 		if available(sv.ms) {
 			continue

@@ -162,3 +162,27 @@ spec:
 	assert.Contains(t, msg, "pod sandbox-unfit/too-big-0-server-0-0 pending")
 	assert.Contains(t, msg, string(sim.GPUResource), "the reason names the resource that is short")
 }
+
+// TestLoad runs the sandbox with --load on the ModelBooster example (in its own namespace):
+// the load through the router must make the autoscaler scale the model up (Run fails
+// otherwise), no request may fail, and the output must show the replicas over time.
+func TestLoad(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "modelbooster-two-accelerators.yaml"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	doc := strings.Replace(string(raw), "namespace: default", "namespace: sandbox-load", 1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "booster.yaml"), []byte(doc), 0o600))
+	o := options()
+	o.ExamplesDir = dir
+	// Real-time engines: requests hold their batch slots as long as on a GPU, so 160 in
+	// flight overflow one engine's batch of 64 and queue.
+	o.EngineTimeScale = 1
+	o.AutoscaleSyncPeriod = 500 * time.Millisecond
+	o.Load = sandbox.Load{Concurrency: 160, Duration: 8 * time.Second, MaxTokens: 64, Every: time.Second}
+	var out bytes.Buffer
+	require.NoError(t, sandbox.Run(context.Background(), o, &out), "output:\n%s", out.String())
+	t.Logf("output:\n%s", out.String())
+	assert.Regexp(t, `load done: [1-9][0-9]* requests answered, 0 failed`, out.String())
+	assert.Regexp(t, `replicas llama-3-1-8b-a100=\d+ llama-3-1-8b-h100=[2-9]`, out.String(), "the H100 backend grew past its minimum of 1")
+	assert.Contains(t, out.String(), "PANIC", "a jump from 1 engine to 160 in flight is a burst")
+}
