@@ -87,7 +87,7 @@ func TestScaleUpUnderLoadAndDownAfterTheWindow(t *testing.T) {
 	require.Len(t, b.Status.Metrics, 1)
 	assert.Equal(t, running, b.Status.Metrics[0].Name)
 	assert.Greater(t, b.Status.Metrics[0].Current.AsApproximateFloat64(), 2.0)
-	assert.Contains(t, w.events("chat"), "ScaledUp")
+	w.hasEvent("chat", "ScaledUp")
 
 	// Hold the load a moment at 3 replicas, then stop it.
 	time.Sleep(time.Second)
@@ -107,7 +107,7 @@ func TestScaleUpUnderLoadAndDownAfterTheWindow(t *testing.T) {
 	// The last high recommendation was read up to one sync period before the load stopped.
 	assert.GreaterOrEqual(t, firstDown.Sub(stopped), window-2*syncPeriod-500*time.Millisecond,
 		"the first scale-down comes only after the stabilization window: %v", log.values())
-	assert.Contains(t, w.events("chat"), "ScaledDown")
+	w.hasEvent("chat", "ScaledDown")
 	assert.Zero(t, l.bad.Load(), "no request failed while scaling")
 }
 
@@ -136,7 +136,7 @@ func TestPanicOnABurst(t *testing.T) {
 	status, reason, _ := condition(b, "PanicMode")
 	assert.Equal(t, "True", status)
 	assert.Equal(t, "Burst", reason)
-	assert.Contains(t, w.events("burst"), "PanicModeStarted")
+	w.hasEvent("burst", "PanicModeStarted")
 	vals := log.values()
 	assert.Equal(t, int32(1), vals[0])
 	assert.GreaterOrEqual(t, vals[1], int32(5), "one panic step, not +1 per 30 s: %v", vals)
@@ -155,7 +155,7 @@ func TestPanicOnABurst(t *testing.T) {
 		s, _, _ := condition(w.binding("burst"), "PanicMode")
 		return s == "False"
 	})
-	assert.Contains(t, w.events("burst"), "PanicModeEnded")
+	w.hasEvent("burst", "PanicModeEnded")
 }
 
 // An optimizer binding over two ModelServings of one model fills the cheap one before
@@ -264,7 +264,7 @@ func TestManualScaleAndTheAutoscalerDoNotFight(t *testing.T) {
 	// From the first 2 on: 2, 5 (manual), 2, 1 (manual), 2 — nothing else.
 	i := slices.Index(vals, 2)
 	assert.Equal(t, []int32{2, 5, 2, 1, 2}, vals[i:], "one move back per manual change: %v", vals)
-	assert.Contains(t, w.events("manual"), "ManualScaleObserved")
+	w.hasEvent("manual", "ManualScaleObserved")
 }
 
 // Bad input is reported where the user looks, and changes nothing: the target keeps its
@@ -306,7 +306,7 @@ spec:
 			s, reason, msg := condition(w.binding(name), "Ready")
 			return s == "False" && reason == want[0] && strings.Contains(msg, want[1])
 		})
-		assert.Contains(t, w.events(name), want[0], name)
+		w.hasEvent(name, want[0])
 	}
 	w.eventually("the invalid policy says why", 10*time.Second, func() bool {
 		var p workloadv1alpha1.AutoscalingPolicy

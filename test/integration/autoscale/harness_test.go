@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -383,13 +384,21 @@ func (w *world) waitAvailable(name string, n int32) {
 
 // events lists the reasons of the events on a binding.
 func (w *world) events(binding string) []string {
-	evs, err := kube.CoreV1().Events(w.ns).List(w.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + binding})
+	evs, err := kube.CoreV1().Events(w.ns).List(w.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=AutoscalingPolicyBinding,involvedObject.name=" + binding})
 	require.NoError(w.t, err)
 	var out []string
 	for _, e := range evs.Items {
 		out = append(out, e.Reason)
 	}
 	return out
+}
+
+// hasEvent waits for an event with reason on a binding (events are recorded asynchronously).
+func (w *world) hasEvent(binding, reason string) {
+	w.t.Helper()
+	w.eventually(fmt.Sprintf("binding %s has a %s event", binding, reason), 10*time.Second, func() bool {
+		return slices.Contains(w.events(binding), reason)
+	})
 }
 
 func yamlStrict(doc string, obj any) error { return yaml.UnmarshalStrict([]byte(doc), obj) }
