@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/pkg/autoscale"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestHPABaselineFollowsTheHPAAlgorithm(t *testing.T) {
+	c := scalerConfig{metric: "m", target: 6, min: 1, max: 12}
+	h := newHPAScaler(c, epoch, 1)
+	at := func(s int) time.Time { return epoch.Add(time.Duration(s) * time.Second) }
+
+	// A burst: 62 running on 1 pod asks for 11; scale-up is limited to max(+4, +100%).
+	if got, why := h.decide(at(15), 1, autoscale.Sample{Sum: 62, Reported: 1}); got != 5 || why != "ScaleUpLimited" {
+		t.Fatalf("burst from 1: %d (%s), want 5 (ScaleUpLimited)", got, why)
+	}
+	// 15 s later the 4 new pods still load (missing, counted as idle): 64/5 pods/6 → 11,
+	// limited to 10 = 5 + 100%.
+	if got, _ := h.decide(at(30), 5, autoscale.Sample{Sum: 64, Reported: 1, Missing: 4}); got != 10 {
+		t.Fatalf("second step: %d, want 10", got)
+	}
+	// Within tolerance (6.5/6 = 1.08): no change.
+	if got, _ := h.decide(at(45), 10, autoscale.Sample{Sum: 65, Reported: 10}); got != 10 {
+		t.Fatalf("within tolerance: %d, want 10", got)
+	}
+	// Idle: held for 5 minutes by the highest recommendation in the window (10 at 0:45),
+	// then down to the highest of the last 5 minutes (2).
+	for s := 60; s <= 330; s += 15 {
+		if got, _ := h.decide(at(s), 10, autoscale.Sample{Sum: 10, Reported: 10}); got != 10 {
+			t.Fatalf("%ds: scaled down to %d inside the 5-minute window", s, got)
+		}
+	}
+	if got, why := h.decide(at(345), 10, autoscale.Sample{Sum: 10, Reported: 10}); got != 2 || why != "ScaledDown" {
+		t.Fatalf("after the window: %d (%s), want 2 (ScaledDown)", got, why)
+	}
+	// Scale-down with missing pods: they count as at target. 2 reported with 1 each, 2
+	// missing: (2 + 12) / 4 / 6 = 0.58 → ceil(2.33) = 3.
+	h2 := newHPAScaler(c, epoch, 4)
+	if got, _ := h2.recommend(4, autoscale.Sample{Sum: 2, Reported: 2, Missing: 2}); got != 3 {
+		t.Fatalf("scale-down with missing pods: %d, want 3", got)
+	}
+	// Scale-up with missing pods that bring the ratio into tolerance: no change.
+	if got, _ := h2.recommend(4, autoscale.Sample{Sum: 20, Reported: 3, Missing: 1}); got != 4 {
+		t.Fatalf("missing pods absorb the scale-up: %d, want 4", got)
+	}
+	// No readings: no recommendation.
+	if _, ok := h2.recommend(4, autoscale.Sample{Missing: 4}); ok {
+		t.Fatal("recommended without readings")
+	}
+}
+
+func TestTraceIsDeterministic(t *testing.T) {
+	o := defaultOptions()
+	a, b := newTrace(o.traceConfig()), newTrace(o.traceConfig())
+	if len(a.reqs) != len(b.reqs) || len(a.reqs) < 1000 {
+		t.Fatalf("trace sizes %d and %d", len(a.reqs), len(b.reqs))
+	}
+	for i := range a.reqs {
+		if a.reqs[i] != b.reqs[i] {
+			t.Fatalf("request %d differs: %+v, %+v", i, a.reqs[i], b.reqs[i])
+		}
+	}
+	if len(a.bursts) != o.bursts {
+		t.Fatalf("%d bursts, want %d", len(a.bursts), o.bursts)
+	}
+	for _, x := range a.bursts {
+		if x.mult < o.burstMin || x.mult > o.burstMax || x.dur < time.Minute || x.dur > 3*time.Minute || x.start+x.dur > o.length {
+			t.Errorf("burst %+v out of shape", x)
+		}
+	}
+	o.seed = 2
+	if c := newTrace(o.traceConfig()); c.bursts[0] == a.bursts[0] {
+		t.Errorf("seeds 1 and 2 have the same first burst")
+	}
+}
+
+// TestQuickRun replays the -quick trace with both autoscalers (about 15 s here).
+func TestQuickRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays a trace in real time")
+	}
+	o := defaultOptions()
+	o.quick = true
+	o.timeScale = 0.02
+	o.port = 18101 // apart from a benchmark running beside the test
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := run(ctx, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.byRun) != 1 || len(res.byRun[0]) != 2 {
+		t.Fatalf("runs: %v", res.byRun)
+	}
+	for _, s := range res.byRun[0] {
+		if s.served == 0 || s.served+s.failed != s.requests {
+			t.Errorf("%s: served %d, failed %d of %d requests", s.name, s.served, s.failed, s.requests)
+		}
+		if s.failed > s.requests/100 {
+			t.Errorf("%s: %d of %d requests failed; first: %v", s.name, s.failed, s.requests, s.firstErr)
+		}
+		if s.replicaSeconds <= 0 || s.replicaSeconds > float64(o.maxReplicas)*res.trace.cfg.length.Seconds() {
+			t.Errorf("%s: %.0f replica-seconds", s.name, s.replicaSeconds)
+		}
+		if s.p50 <= 0 || s.p50 > s.p90 || s.p90 > s.p99 {
+			t.Errorf("%s: TTFT p50 %s p90 %s p99 %s", s.name, s.p50, s.p90, s.p99)
+		}
+		if s.peak < 2 || s.peak > o.maxReplicas {
+			t.Errorf("%s: peak %d replicas", s.name, s.peak)
+		}
+	}
+	b := res.byRun[0][0]
+	if b.name != nameBerth || b.scaleUpsInBurst == 0 {
+		t.Errorf("%s did not scale up during the burst (%d scale-ups in all)", b.name, b.scaleUps)
+	}
+	for _, want := range []string{"| berth |", "| hpa-baseline |", "Berth ÷ baseline: SLO-violation seconds", "berth replicas", "seed 1"} {
+		if !strings.Contains(res.text, want) {
+			t.Errorf("report lacks %q:\n%s", want, res.text)
+		}
+	}
+	t.Logf("\n%s", res.text)
+}
