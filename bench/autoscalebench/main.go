@@ -111,7 +111,7 @@ func main() {
 	flag.Float64Var(&o.burstMax, "burst-max", o.burstMax, "highest burst multiplier")
 	flag.DurationVar(&o.coldStart, "cold-start", o.coldStart, "simulated time from a replica's request to its first request (model load)")
 	flag.DurationVar(&o.sync, "sync", o.sync, "simulated sync period of both autoscalers")
-	flag.DurationVar(&o.berthSync, "berth-sync", 0, "simulated sync period of Berth's autoscaler alone (berth-controller's --autoscale-sync-period; 0: -sync)")
+	flag.DurationVar(&o.berthSync, "berth-sync", 5*time.Second, "simulated sync period of Berth's autoscaler alone (berth-controller's --autoscale-sync-period, default 5s; 0: -sync)")
 	flag.DurationVar(&o.slo, "slo", o.slo, "TTFT SLO (simulated)")
 	flag.StringVar(&o.metric, "metric", o.metric, "engine metric both autoscalers scale on (a gauge)")
 	flag.Float64Var(&o.target, "target", o.target, "target value of the metric per replica, for both")

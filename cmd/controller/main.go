@@ -18,7 +18,7 @@ func main() {
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "run one active controller, elected through the lease berth-controller")
-	flag.DurationVar(&o.AutoscaleSyncPeriod, "autoscale-sync-period", 15*time.Second, "how often each AutoscalingPolicyBinding reads its metrics and decides")
+	flag.DurationVar(&o.AutoscaleSyncPeriod, "autoscale-sync-period", 5*time.Second, "how often each AutoscalingPolicyBinding reads its metrics and decides")
 	flag.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "berth-system", "namespace of the leader-election lease")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)

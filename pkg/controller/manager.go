@@ -37,7 +37,7 @@ type Options struct {
 	// (tests that kill and restart the controller); controller-runtime otherwise refuses to
 	// register a controller name twice.
 	InProcessRestart bool
-	// AutoscaleSyncPeriod is how often each AutoscalingPolicyBinding decides (default 15 s).
+	// AutoscaleSyncPeriod is how often each AutoscalingPolicyBinding decides (default 5 s).
 	AutoscaleSyncPeriod time.Duration
 }
 
