@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,17 +24,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
-	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/router"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -50,58 +45,27 @@ const syncPeriod = 250 * time.Millisecond
 var (
 	startOnce sync.Once
 	kube      kubernetes.Interface
-	cl        client.Client
-	watcher   client.WithWatch
+	cl        client.WithWatch
 	rt        *router.Router
 	nsCount   atomic.Int32
 )
 
 func startSystem(t *testing.T) {
 	startOnce.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		var running sync.WaitGroup
-		cptest.BeforeStop(func() { cancel(); running.Wait() })
-		cfg := cp.RESTConfig()
-		var err error
-		kube = kubernetes.NewForConfigOrDie(cfg)
-		cl, err = client.New(cfg, client.Options{Scheme: controller.Scheme()})
-		require.NoError(t, err)
-		watcher, err = client.NewWithWatch(cfg, client.Options{Scheme: controller.Scheme()})
-		require.NoError(t, err)
-		dir, err := os.MkdirTemp("", "berth-autoscale-test")
-		require.NoError(t, err)
-		kubeconfig := filepath.Join(dir, "kubeconfig")
-		require.NoError(t, cp.WriteKubeconfig(kubeconfig))
-		running.Add(4)
-		go func() {
-			defer running.Done()
-			if err := scheduler.RunInProcess(ctx, dir, kubeconfig, nil); err != nil && ctx.Err() == nil {
-				panic(fmt.Sprintf("berth-scheduler exited: %v", err))
-			}
-		}()
-		mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", AutoscaleSyncPeriod: syncPeriod})
-		require.NoError(t, err)
-		go func() { defer running.Done(); _ = mgr.Start(ctx) }()
 		// Real-time engines: a request holds its batch slot for as long as a GPU would, so
 		// the number of running requests per pod is what the load makes it.
-		engines, err := sim.NewEngines(cfg, sim.EngineOptions{TimeScale: 1, DrainTimeout: 5 * time.Second})
+		sys, err := systemtest.Start(cp, systemtest.Options{
+			Engines:             sim.EngineOptions{TimeScale: 1, DrainTimeout: 5 * time.Second},
+			AutoscaleSyncPeriod: syncPeriod,
+		})
 		require.NoError(t, err)
-		go func() { defer running.Done(); _ = engines.Run(ctx) }()
-		kubelet := sim.NewKubelet(kube, 50*time.Millisecond)
-		kubelet.BeforeReady = engines.Ensure
-		go func() { defer running.Done(); kubelet.Run(ctx) }()
-		rt, err = router.New(cfg, router.Options{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
-			MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second}, klog.Background().WithName("router"))
-		require.NoError(t, err)
-		running.Add(1)
-		go func() { defer running.Done(); _ = rt.Run(ctx) }()
-		select {
-		case <-rt.Ready():
-		case <-time.After(30 * time.Second):
-			t.Fatal("router not ready after 30s")
-		}
+		kube, cl, rt = sys.Kube, sys.Client, sys.Routers[0]
+		system = sys
 	})
+	require.NotNil(t, system, "the system did not start")
 }
+
+var system *systemtest.System
 
 // world is one test's namespace with its own GPU nodes.
 type world struct {
@@ -117,8 +81,7 @@ func newWorld(t *testing.T, gpuNodes int) *world {
 	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	for i := range gpuNodes {
-		_, err := kube.CoreV1().Nodes().Create(ctx, sim.NewNode(fmt.Sprintf("%s-gpu-%d", w.ns, i), sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8},
-			map[string]string{"berth.test/owner": w.ns}), metav1.CreateOptions{})
+		_, err := kube.CoreV1().Nodes().Create(ctx, systemtest.GPUNode(fmt.Sprintf("%s-gpu-%d", w.ns, i), w.ns, ""), metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
 	t.Cleanup(func() {
@@ -126,15 +89,7 @@ func newWorld(t *testing.T, gpuNodes int) *world {
 		if t.Failed() {
 			w.dump()
 		}
-		zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
-		bg := context.Background()
-		_ = cl.DeleteAllOf(bg, &workloadv1alpha1.AutoscalingPolicyBinding{}, client.InNamespace(w.ns))
-		_ = cl.DeleteAllOf(bg, &workloadv1alpha1.AutoscalingPolicy{}, client.InNamespace(w.ns))
-		_ = cl.DeleteAllOf(bg, &workloadv1alpha1.ModelServing{}, client.InNamespace(w.ns))
-		_ = cl.DeleteAllOf(bg, &networkingv1alpha1.ModelRoute{}, client.InNamespace(w.ns))
-		_ = cl.DeleteAllOf(bg, &networkingv1alpha1.ModelServer{}, client.InNamespace(w.ns))
-		_ = kube.CoreV1().Pods(w.ns).DeleteCollection(bg, zero, metav1.ListOptions{})
-		_ = kube.CoreV1().Nodes().DeleteCollection(bg, zero, metav1.ListOptions{LabelSelector: "berth.test/owner=" + w.ns})
+		system.Cleanup(w.ns)
 	})
 	return w
 }
@@ -158,24 +113,8 @@ func (w *world) dump() {
 func (w *world) apply(manifests ...string) {
 	w.t.Helper()
 	for _, m := range manifests {
-		var meta metav1.TypeMeta
-		require.NoError(w.t, yaml.Unmarshal([]byte(m), &meta))
-		var obj client.Object
-		switch meta.Kind {
-		case "ModelServing":
-			obj = &workloadv1alpha1.ModelServing{}
-		case "AutoscalingPolicy":
-			obj = &workloadv1alpha1.AutoscalingPolicy{}
-		case "AutoscalingPolicyBinding":
-			obj = &workloadv1alpha1.AutoscalingPolicyBinding{}
-		case "ModelServer":
-			obj = &networkingv1alpha1.ModelServer{}
-		case "ModelRoute":
-			obj = &networkingv1alpha1.ModelRoute{}
-		default:
-			w.t.Fatalf("apply: unexpected kind %q", meta.Kind)
-		}
-		require.NoError(w.t, yaml.UnmarshalStrict([]byte(m), obj), m)
+		obj, err := systemtest.Decode(m)
+		require.NoError(w.t, err, m)
 		obj.SetNamespace(w.ns)
 		require.NoError(w.t, cl.Create(w.ctx, obj))
 	}
@@ -251,7 +190,7 @@ func (w *world) watchReplicas(names ...string) map[string]*replicasLog {
 	for _, n := range names {
 		logs[n] = &replicasLog{mu: mu}
 	}
-	wi, err := watcher.Watch(w.ctx, &workloadv1alpha1.ModelServingList{}, client.InNamespace(w.ns))
+	wi, err := cl.Watch(w.ctx, &workloadv1alpha1.ModelServingList{}, client.InNamespace(w.ns))
 	require.NoError(w.t, err)
 	done := make(chan struct{})
 	go func() {

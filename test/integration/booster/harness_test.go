@@ -9,8 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,17 +23,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
-	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/router"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 	"github.com/berth-sh/berth/pkg/workload"
 )
@@ -55,6 +50,7 @@ const waitTimeout = 60 * time.Second
 
 var (
 	startOnce sync.Once
+	system    *systemtest.System
 	kube      kubernetes.Interface
 	cl        client.Client
 	engines   *sim.Engines
@@ -67,51 +63,12 @@ var (
 // berth-router.
 func startSystem(t *testing.T) {
 	startOnce.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		var running sync.WaitGroup
-		cptest.BeforeStop(func() { cancel(); running.Wait() })
-		cfg := cp.RESTConfig()
-		var err error
-		kube = kubernetes.NewForConfigOrDie(cfg)
-		cl, err = client.New(cfg, client.Options{Scheme: controller.Scheme()})
-		require.NoError(t, err)
-
-		dir, err := os.MkdirTemp("", "berth-booster-test")
-		require.NoError(t, err)
-		cptest.BeforeStop(func() { _ = os.RemoveAll(dir) })
-		kubeconfig := filepath.Join(dir, "kubeconfig")
-		require.NoError(t, cp.WriteKubeconfig(kubeconfig))
-		running.Add(4)
-		go func() {
-			defer running.Done()
-			if err := scheduler.RunInProcess(ctx, dir, kubeconfig, nil); err != nil && ctx.Err() == nil {
-				panic(fmt.Sprintf("berth-scheduler exited: %v", err))
-			}
-		}()
-		mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0"})
-		require.NoError(t, err)
-		go func() { defer running.Done(); _ = mgr.Start(ctx) }()
-
 		// Engines 100 times faster than a GPU: answers come at once.
-		engines, err = sim.NewEngines(cfg, sim.EngineOptions{TimeScale: 0.01, DrainTimeout: 5 * time.Second})
+		sys, err := systemtest.Start(cp, systemtest.Options{Engines: sim.EngineOptions{TimeScale: 0.01, DrainTimeout: 5 * time.Second}})
 		require.NoError(t, err)
-		go func() { defer running.Done(); _ = engines.Run(ctx) }()
-		kubelet := sim.NewKubelet(kube, 50*time.Millisecond)
-		kubelet.BeforeReady = engines.Ensure
-		go func() { defer running.Done(); kubelet.Run(ctx) }()
-
-		rt, err = router.New(cfg, router.Options{Addr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond, ShutdownTimeout: time.Second},
-			// Not a t-bound logger: the router outlives the test that started it.
-			klog.Background().WithName("router"))
-		require.NoError(t, err)
-		running.Add(1)
-		go func() { defer running.Done(); _ = rt.Run(ctx) }()
-		select {
-		case <-rt.Ready():
-		case <-time.After(30 * time.Second):
-			t.Fatal("router not ready after 30s")
-		}
+		system, kube, cl, engines, rt = sys, sys.Kube, sys.Client, sys.Engines, sys.Routers[0]
 	})
+	require.NotNil(t, system, "the system did not start")
 }
 
 // world is one test's namespace with its own GPU nodes.
@@ -131,8 +88,7 @@ func newWorld(t *testing.T, nodes map[string]int) *world {
 	i := 0
 	for product, n := range nodes {
 		for range n {
-			node := sim.NewNode(fmt.Sprintf("%s-gpu-%d", w.ns, i), sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8, GPUProduct: product},
-				map[string]string{"berth.test/owner": w.ns})
+			node := systemtest.GPUNode(fmt.Sprintf("%s-gpu-%d", w.ns, i), w.ns, product)
 			_, err := kube.CoreV1().Nodes().Create(w.ctx, node, metav1.CreateOptions{})
 			require.NoError(t, err)
 			i++
@@ -142,21 +98,7 @@ func newWorld(t *testing.T, nodes map[string]int) *world {
 		if t.Failed() {
 			w.dump()
 		}
-		// The ModelBoosters first, so the controller does not recreate what follows (the
-		// test apiserver has no garbage collector).
-		bg := context.Background()
-		zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
-		_ = cl.DeleteAllOf(bg, &workloadv1alpha1.ModelBooster{}, client.InNamespace(w.ns))
-		_ = wait.PollUntilContextTimeout(bg, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			var l workloadv1alpha1.ModelBoosterList
-			return cl.List(bg, &l, client.InNamespace(w.ns)) == nil && len(l.Items) == 0, nil
-		})
-		for _, obj := range []client.Object{&workloadv1alpha1.ModelServing{}, &networkingv1alpha1.ModelRoute{}, &networkingv1alpha1.ModelServer{},
-			&workloadv1alpha1.AutoscalingPolicyBinding{}, &workloadv1alpha1.AutoscalingPolicy{}} {
-			_ = cl.DeleteAllOf(bg, obj, client.InNamespace(w.ns))
-		}
-		_ = kube.CoreV1().Pods(w.ns).DeleteCollection(bg, zero, metav1.ListOptions{})
-		_ = kube.CoreV1().Nodes().DeleteCollection(bg, zero, metav1.ListOptions{LabelSelector: "berth.test/owner=" + w.ns})
+		system.Cleanup(w.ns)
 	})
 	return w
 }

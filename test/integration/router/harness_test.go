@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,18 +23,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
 	"github.com/berth-sh/berth/internal/redistest"
-	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
-	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/internal/systemtest"
 	"github.com/berth-sh/berth/pkg/router"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
@@ -53,6 +46,7 @@ const defaultTimeScale = 0.01
 
 var (
 	startOnce sync.Once
+	system    *systemtest.System
 	kube      kubernetes.Interface
 	cl        client.Client
 	engines   *sim.Engines
@@ -63,65 +57,27 @@ var (
 
 func startSystem(t *testing.T) {
 	startOnce.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		var running sync.WaitGroup
-		cptest.BeforeStop(func() { cancel(); running.Wait() })
-		cfg := cp.RESTConfig()
-		var err error
-		kube = kubernetes.NewForConfigOrDie(cfg)
-		cl, err = client.New(cfg, client.Options{Scheme: controller.Scheme()})
-		require.NoError(t, err)
 		redis, err := redistest.New()
 		require.NoError(t, err)
 		cptest.BeforeStop(redis.Close)
 		redisAddr = redis.Addr()
-
-		dir, err := os.MkdirTemp("", "berth-router-test")
-		require.NoError(t, err)
-		kubeconfig := filepath.Join(dir, "kubeconfig")
-		require.NoError(t, cp.WriteKubeconfig(kubeconfig))
-		running.Add(3)
-		go func() {
-			defer running.Done()
-			if err := scheduler.RunInProcess(ctx, dir, kubeconfig, nil); err != nil && ctx.Err() == nil {
-				panic(fmt.Sprintf("berth-scheduler exited: %v", err))
-			}
-		}()
-		mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0"})
-		require.NoError(t, err)
-		go func() { defer running.Done(); _ = mgr.Start(ctx) }()
-
-		engines, err = sim.NewEngines(cfg, sim.EngineOptions{
-			TimeScale:    defaultTimeScale,
-			DrainTimeout: 10 * time.Second,
-			Configure: func(p *corev1.Pod, c *engine.Config) {
-				if v, ok := p.Labels[timeScaleLabel]; ok {
-					c.TimeScale, _ = strconv.ParseFloat(v, 64)
-				}
+		sys, err := systemtest.Start(cp, systemtest.Options{
+			Engines: sim.EngineOptions{
+				TimeScale:    defaultTimeScale,
+				DrainTimeout: 10 * time.Second,
+				Configure: func(p *corev1.Pod, c *engine.Config) {
+					if v, ok := p.Labels[timeScaleLabel]; ok {
+						c.TimeScale, _ = strconv.ParseFloat(v, 64)
+					}
+				},
 			},
+			Routers: len(routers),
 		})
 		require.NoError(t, err)
-		go func() { _ = engines.Run(ctx) }()
-		kubelet := sim.NewKubelet(kube, 50*time.Millisecond)
-		kubelet.BeforeReady = engines.Ensure
-		go func() { defer running.Done(); kubelet.Run(ctx) }()
-
-		for i := range routers {
-			r, err := router.New(cfg, router.Options{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
-				MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second},
-				// Not a t-bound logger: the routers outlive the test that started them.
-				klog.Background().WithName(fmt.Sprintf("router-%d", i)))
-			require.NoError(t, err)
-			routers[i] = r
-			running.Add(1)
-			go func() { defer running.Done(); _ = r.Run(ctx) }()
-			select {
-			case <-r.Ready():
-			case <-time.After(30 * time.Second):
-				t.Fatal("router not ready after 30s")
-			}
-		}
+		system, kube, cl, engines = sys, sys.Kube, sys.Client, sys.Engines
+		copy(routers[:], sys.Routers)
 	})
+	require.NotNil(t, system, "the system did not start")
 }
 
 // world is one test's namespace with its own GPU nodes.
@@ -137,21 +93,14 @@ func newWorld(t *testing.T, gpuNodes int) *world {
 	_, err := kube.CoreV1().Namespaces().Create(w.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	for i := range gpuNodes {
-		_, err := kube.CoreV1().Nodes().Create(w.ctx, sim.NewNode(fmt.Sprintf("%s-gpu-%d", w.ns, i), sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8},
-			map[string]string{"berth.test/owner": w.ns}), metav1.CreateOptions{})
+		_, err := kube.CoreV1().Nodes().Create(w.ctx, systemtest.GPUNode(fmt.Sprintf("%s-gpu-%d", w.ns, i), w.ns, ""), metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			w.dump()
 		}
-		zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
-		bg := context.Background()
-		_ = cl.DeleteAllOf(bg, &workloadv1alpha1.ModelServing{}, client.InNamespace(w.ns))
-		_ = cl.DeleteAllOf(bg, &networkingv1alpha1.ModelRoute{}, client.InNamespace(w.ns))
-		_ = cl.DeleteAllOf(bg, &networkingv1alpha1.ModelServer{}, client.InNamespace(w.ns))
-		_ = kube.CoreV1().Pods(w.ns).DeleteCollection(bg, zero, metav1.ListOptions{})
-		_ = kube.CoreV1().Nodes().DeleteCollection(bg, zero, metav1.ListOptions{LabelSelector: "berth.test/owner=" + w.ns})
+		system.Cleanup(w.ns)
 	})
 	return w
 }
@@ -173,22 +122,8 @@ func (w *world) dump() {
 func (w *world) apply(manifests ...string) {
 	w.t.Helper()
 	for _, m := range manifests {
-		var meta metav1.TypeMeta
-		require.NoError(w.t, yaml.Unmarshal([]byte(m), &meta))
-		var obj client.Object
-		switch meta.Kind {
-		case "ModelServing":
-			obj = &workloadv1alpha1.ModelServing{}
-		case "ModelServer":
-			obj = &networkingv1alpha1.ModelServer{}
-		case "ModelRoute":
-			obj = &networkingv1alpha1.ModelRoute{}
-		case "Pod":
-			obj = &corev1.Pod{}
-		default:
-			w.t.Fatalf("apply: unexpected kind %q", meta.Kind)
-		}
-		require.NoError(w.t, yaml.UnmarshalStrict([]byte(m), obj), m)
+		obj, err := systemtest.Decode(m)
+		require.NoError(w.t, err, m)
 		obj.SetNamespace(w.ns)
 		require.NoError(w.t, cl.Create(w.ctx, obj))
 	}

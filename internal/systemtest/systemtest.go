@@ -1,0 +1,191 @@
+// Package systemtest starts the whole of Berth in-process on a test control plane, as the
+// integration tests need it: berth-scheduler, berth-controller (every reconciler, as
+// cmd/controller runs them), the simulated kubelet with an engine per serving pod, and
+// berth-router replicas. A test package starts it once (its components outlive single
+// tests) and stops it before its control plane (cptest.BeforeStop).
+package systemtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/pkg/router"
+	"github.com/berth-sh/berth/pkg/scheduler"
+	"github.com/berth-sh/berth/pkg/sim"
+)
+
+// Options shape the system.
+type Options struct {
+	// Engines are the simulated engines' options (TimeScale 0 means 1: real time).
+	Engines sim.EngineOptions
+	// AutoscaleSyncPeriod is berth-controller's (0: its default).
+	AutoscaleSyncPeriod time.Duration
+	// Routers is how many berth-router replicas run (0 means 1).
+	Routers int
+	// Router adjusts router i's options; the defaults listen on loopback ports, scrape every
+	// 100 ms, take bodies up to 1 MiB and drain for a second.
+	Router func(i int, o *router.Options)
+	// PodStartDelay is the simulated kubelet's (0 means 50 ms).
+	PodStartDelay time.Duration
+}
+
+// System is the running system and clients of its control plane.
+type System struct {
+	Kube    kubernetes.Interface
+	Client  client.WithWatch
+	Engines *sim.Engines
+	Routers []*router.Router
+}
+
+// Start starts everything and waits until every router is ready. Everything stops before
+// the package's control plane does.
+func Start(cp *controlplane.ControlPlane, o Options) (*System, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var running sync.WaitGroup
+	cptest.BeforeStop(func() { cancel(); running.Wait() })
+	cfg := cp.RESTConfig()
+	s := &System{}
+	var err error
+	if s.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if s.Client, err = client.NewWithWatch(cfg, client.Options{Scheme: controller.Scheme()}); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "berth-systemtest-")
+	if err != nil {
+		return nil, err
+	}
+	cptest.BeforeStop(func() { _ = os.RemoveAll(dir) })
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		return nil, err
+	}
+	run := func(f func()) {
+		running.Add(1)
+		go func() { defer running.Done(); f() }()
+	}
+	run(func() {
+		if err := scheduler.RunInProcess(ctx, dir, kubeconfig, nil); err != nil && ctx.Err() == nil {
+			panic(fmt.Sprintf("berth-scheduler exited: %v", err))
+		}
+	})
+	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", AutoscaleSyncPeriod: o.AutoscaleSyncPeriod})
+	if err != nil {
+		return nil, err
+	}
+	run(func() { _ = mgr.Start(ctx) })
+	if s.Engines, err = sim.NewEngines(cfg, o.Engines); err != nil {
+		return nil, err
+	}
+	run(func() { _ = s.Engines.Run(ctx) })
+	delay := o.PodStartDelay
+	if delay <= 0 {
+		delay = 50 * time.Millisecond
+	}
+	kubelet := sim.NewKubelet(s.Kube, delay)
+	kubelet.BeforeReady = s.Engines.Ensure
+	run(func() { kubelet.Run(ctx) })
+
+	for i := range max(o.Routers, 1) {
+		ro := router.Options{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
+			MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second}
+		if o.Router != nil {
+			o.Router(i, &ro)
+		}
+		// Not a test-bound logger: the routers outlive the test that started them.
+		r, err := router.New(cfg, ro, klog.Background().WithName(fmt.Sprintf("router-%d", i)))
+		if err != nil {
+			return nil, err
+		}
+		s.Routers = append(s.Routers, r)
+		run(func() { _ = r.Run(ctx) })
+		select {
+		case <-r.Ready():
+		case <-time.After(30 * time.Second):
+			return nil, fmt.Errorf("router %d not ready after 30s", i)
+		}
+	}
+	return s, nil
+}
+
+// OwnerLabel marks the nodes a test's namespace created, so cleanup finds them.
+const OwnerLabel = "berth.test/owner"
+
+// GPUNode is a simulated 8-GPU node of the given product ("" for no product label) owned by
+// namespace ns.
+func GPUNode(name, ns, product string) *corev1.Node {
+	return sim.NewNode(name, sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8, GPUProduct: product}, map[string]string{OwnerLabel: ns})
+}
+
+// Cleanup deletes everything a test created in namespace ns: Berth's objects of every kind,
+// the pods (at once: the test control plane runs no kubelet that would finish them) and the
+// nodes the namespace owns. The namespace itself stays (no namespace controller runs).
+func (s *System) Cleanup(ns string) {
+	ctx := context.Background()
+	// ModelBoosters first, and gone, so the controller does not recreate what they generate
+	// (the test apiserver runs no garbage collector).
+	_ = s.Client.DeleteAllOf(ctx, &workloadv1alpha1.ModelBooster{}, client.InNamespace(ns))
+	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		var l workloadv1alpha1.ModelBoosterList
+		return s.Client.List(ctx, &l, client.InNamespace(ns)) == nil && len(l.Items) == 0, nil
+	})
+	for _, obj := range []client.Object{
+		&workloadv1alpha1.AutoscalingPolicyBinding{}, &workloadv1alpha1.AutoscalingPolicy{},
+		&workloadv1alpha1.ModelServing{}, &networkingv1alpha1.ModelRoute{}, &networkingv1alpha1.ModelServer{},
+	} {
+		_ = s.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns))
+	}
+	zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+	_ = s.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, zero, metav1.ListOptions{})
+	_ = s.Kube.CoreV1().Nodes().DeleteCollection(ctx, zero, metav1.ListOptions{LabelSelector: OwnerLabel + "=" + ns})
+}
+
+// Decode reads one YAML document of a kind the tests create (Berth's kinds, Pods) into its
+// typed object, strictly: a misspelt field fails the test rather than being dropped.
+func Decode(doc string) (client.Object, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+		return nil, err
+	}
+	var obj client.Object
+	switch tm.Kind {
+	case "ModelServing":
+		obj = &workloadv1alpha1.ModelServing{}
+	case "ModelBooster":
+		obj = &workloadv1alpha1.ModelBooster{}
+	case "AutoscalingPolicy":
+		obj = &workloadv1alpha1.AutoscalingPolicy{}
+	case "AutoscalingPolicyBinding":
+		obj = &workloadv1alpha1.AutoscalingPolicyBinding{}
+	case "ModelServer":
+		obj = &networkingv1alpha1.ModelServer{}
+	case "ModelRoute":
+		obj = &networkingv1alpha1.ModelRoute{}
+	case "Pod":
+		obj = &corev1.Pod{}
+	default:
+		return nil, fmt.Errorf("unexpected kind %q", tm.Kind)
+	}
+	if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+		return nil, fmt.Errorf("%s: %w", tm.Kind, err)
+	}
+	return obj, nil
+}
