@@ -129,6 +129,40 @@ func TestShippedRBACServesAModel(t *testing.T) {
 	})
 	require.NoError(t, err, "the scheduler did not report both PodGroups Running with 2 pods")
 
+	// The autoscaler, with the same rights: a binding whose minimum is above the current
+	// replicas scales the ModelServing through its scale subresource (and reads the pods,
+	// the policy, discovery and the target's metadata on the way).
+	for _, doc := range []string{`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: running}
+spec:
+  metrics: [{metricName: "vllm:num_requests_running", targetValue: "4"}]
+`, `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicyBinding
+metadata: {name: llm}
+spec:
+  policyRef: {name: running}
+  scalingConfiguration:
+    target: {targetRef: {name: llm}, metricEndpoint: {port: 8000}}
+    minReplicas: 3
+    maxReplicas: 4
+`} {
+		var obj client.Object = &workloadv1alpha1.AutoscalingPolicy{}
+		if strings.Contains(doc, "kind: AutoscalingPolicyBinding") {
+			obj = &workloadv1alpha1.AutoscalingPolicyBinding{}
+		}
+		require.NoError(t, yaml.UnmarshalStrict([]byte(doc), obj))
+		obj.SetNamespace(ns)
+		require.NoError(t, s.cl.Create(ctx, obj))
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		got := &workloadv1alpha1.ModelServing{}
+		return s.cl.Get(ctx, client.ObjectKeyFromObject(ms), got) == nil && *got.Spec.Replicas == 3, nil
+	})
+	require.NoError(t, err, "the autoscaler did not scale the ModelServing to its binding's minimum 3")
+
 	// Nothing either component asked for was refused, even where it did not block serving
 	// (events, status writes, the lease). The request counts show the audit log saw both
 	// identities, so an empty list means something.
