@@ -154,6 +154,7 @@ type AutoscalingPolicyStatus struct {
 // +kubebuilder:resource:shortName=asp
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Tolerance",type=integer,JSONPath=`.spec.tolerancePercent`
+// +kubebuilder:printcolumn:name="Valid",type=string,JSONPath=`.status.conditions[?(@.type=="Valid")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type AutoscalingPolicy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -242,6 +242,8 @@ type ModelBackendStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.name`
 // +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.owner`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ModelBooster struct {
 	metav1.TypeMeta   `json:",inline"`
