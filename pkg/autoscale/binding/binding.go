@@ -191,9 +191,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		logger.Error(err, "autoscaler decision failed")
 	}
 	if !equalStatus(&b.Status, status) {
+		// A merge patch, not an update: the cache may not show this controller's last write
+		// yet, and a conflict would drop this decision's status until the next change.
+		orig := b.DeepCopy()
 		b.Status = *status
-		if uerr := r.Client.Status().Update(ctx, &b); uerr != nil && !apierrors.IsNotFound(uerr) && !apierrors.IsConflict(uerr) {
-			return ctrl.Result{}, uerr
+		if perr := r.Client.Status().Patch(ctx, &b, client.MergeFrom(orig)); perr != nil && !apierrors.IsNotFound(perr) {
+			return ctrl.Result{}, perr
 		}
 	}
 	return ctrl.Result{RequeueAfter: r.SyncPeriod}, nil

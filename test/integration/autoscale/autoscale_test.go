@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -209,13 +211,32 @@ spec:
 			assert.Equal(t, int32(3), cheapThen, "dear got %d replicas while cheap had %d", c.n, cheapThen)
 		}
 	}
-	b := w.binding("mixed")
-	require.Len(t, b.Status.Targets, 2)
-	assert.Equal(t, int32(5), *b.Status.DesiredReplicas)
+	// The status reports the split it applied (a later decision may have moved it since).
+	w.eventually("the status reports the replicas applied", 10*time.Second, func() bool {
+		b := w.binding("mixed")
+		return len(b.Status.Targets) == 2 && b.Status.DesiredReplicas != nil && *b.Status.DesiredReplicas == cheap.last()+dear.last()
+	})
 
-	// Load gone: the dear replicas go first, the cheap target keeps its minimum.
+	// Load gone: the dear replicas go first, the cheap target keeps its minimum, and the
+	// dear target's last replica waits out its scale-to-zero grace period (the annotation a
+	// ModelBooster writes from scaleToZeroGracePeriod).
+	const grace = 5 * time.Second
+	require.NoError(t, cl.Patch(w.ctx, &workloadv1alpha1.ModelServing{ObjectMeta: metav1.ObjectMeta{Name: "dear", Namespace: w.ns}},
+		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+workloadv1alpha1.ScaleToZeroGracePeriodAnnotation+`":"5s"}}}`))))
+	time.Sleep(2 * syncPeriod) // the autoscaler reads the annotation at its next decisions
 	l.end()
 	w.eventually("back to the minimums", 30*time.Second, func() bool { return cheap.last() == 1 && dear.last() == 0 })
+	var lastOne, zero time.Time
+	for _, c := range dear.snapshot() {
+		switch {
+		case c.n == 1 && zero.IsZero():
+			lastOne = c.at
+		case c.n == 0 && !lastOne.IsZero():
+			zero = c.at
+		}
+	}
+	require.False(t, lastOne.IsZero(), "the dear target kept one replica before zero: %v", dear.values())
+	assert.GreaterOrEqual(t, zero.Sub(lastOne), grace-2*syncPeriod, "one replica held for the grace period: %v", dear.values())
 	for _, c := range cheap.snapshot() {
 		assert.GreaterOrEqual(t, c.n, int32(1))
 		assert.LessOrEqual(t, c.n, int32(3))
