@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -16,6 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/berth-sh/berth/internal/chatstream"
 	"github.com/berth-sh/berth/pkg/autoscale/podmetrics"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
@@ -367,32 +367,5 @@ func send(ctx context.Context, cl *http.Client, addr string, b []byte, due time.
 	if resp.StatusCode/100 != 2 {
 		return 0, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
-	var ttft time.Duration
-	rd := bufio.NewReader(resp.Body)
-	for {
-		line, err := rd.ReadSlice('\n')
-		if data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: ")); ok {
-			if string(data) == "[DONE]" {
-				if ttft == 0 {
-					return 0, errors.New("stream ended without content")
-				}
-				return ttft, nil
-			}
-			if ttft == 0 {
-				var chunk struct {
-					Choices []struct {
-						Delta struct {
-							Content string `json:"content"`
-						} `json:"delta"`
-					} `json:"choices"`
-				}
-				if json.Unmarshal(data, &chunk) == nil && len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
-					ttft = time.Since(due)
-				}
-			}
-		}
-		if err != nil {
-			return 0, fmt.Errorf("stream cut before [DONE]: %w", err)
-		}
-	}
+	return chatstream.FirstToken(resp.Body, due)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-sh/berth/internal/chatstream"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
@@ -292,32 +292,5 @@ func streamOne(cl *http.Client, url string, body []byte, due time.Time) (time.Du
 	if resp.StatusCode/100 != 2 {
 		return 0, statusError(resp.StatusCode)
 	}
-	var ttft time.Duration
-	r := bufio.NewReader(resp.Body)
-	for {
-		line, err := r.ReadBytes('\n')
-		if data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: ")); ok {
-			if string(data) == "[DONE]" {
-				if ttft == 0 {
-					return 0, fmt.Errorf("stream ended without content")
-				}
-				return ttft, nil
-			}
-			if ttft == 0 {
-				var chunk struct {
-					Choices []struct {
-						Delta struct {
-							Content string `json:"content"`
-						} `json:"delta"`
-					} `json:"choices"`
-				}
-				if json.Unmarshal(data, &chunk) == nil && len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
-					ttft = time.Since(due)
-				}
-			}
-		}
-		if err != nil {
-			return 0, fmt.Errorf("stream cut before [DONE]: %w", err)
-		}
-	}
+	return chatstream.FirstToken(resp.Body, due)
 }

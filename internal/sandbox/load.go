@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/berth-sh/berth/internal/chatstream"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
@@ -199,11 +199,15 @@ func autoscaled(ctx context.Context, cl client.Client) (map[string]int32, string
 		parts = append(parts, s)
 	}
 	// The replicas as they are, not as last decided: kubectl scale shows too.
-	for key := range reps {
-		ns, name, _ := strings.Cut(key, "/")
-		var ms workloadv1alpha1.ModelServing
-		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ms); err == nil && ms.Spec.Replicas != nil {
-			reps[key] = *ms.Spec.Replicas
+	var servings workloadv1alpha1.ModelServingList
+	if err := cl.List(ctx, &servings); err != nil {
+		return nil, "", err
+	}
+	for _, ms := range servings.Items {
+		if key := ms.Namespace + "/" + ms.Name; ms.Spec.Replicas != nil {
+			if _, scaled := reps[key]; scaled {
+				reps[key] = *ms.Spec.Replicas
+			}
 		}
 	}
 	sort.Strings(parts)
@@ -253,21 +257,7 @@ func streamOnce(ctx context.Context, c *http.Client, routerURL, model string, ma
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return 0, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(raw)))
 	}
-	var ttft time.Duration
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if ttft == 0 && strings.HasPrefix(line, "data: ") && line != "data: [DONE]" {
-			ttft = time.Since(start)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	if ttft == 0 {
-		return 0, fmt.Errorf("no token streamed")
-	}
-	return ttft, nil
+	return chatstream.FirstToken(resp.Body, start)
 }
 
 // loadModels are the models to load: those of ModelRoutes a ModelBooster made, else every

@@ -266,37 +266,29 @@ func ceilPercent(base, percent int32) int32 {
 
 // recExtremeSince is the highest (or lowest) recommendation after since, including cur.
 func (s *Scaler) recExtremeSince(since time.Time, cur int32, highest bool) int32 {
-	out := cur
-	for _, r := range s.recs {
-		if !r.at.After(since) {
-			continue
-		}
-		if highest {
-			out = max(out, r.n)
-		} else {
-			out = min(out, r.n)
-		}
-	}
-	return out
+	return extremeSince(s.recs, since, cur, highest)
 }
 
 // minReplicasSince is the fewest replicas seen after since: the start of a scale-up period.
 func (s *Scaler) minReplicasSince(since time.Time, cur int32) int32 {
-	out := cur
-	for _, r := range s.replicas {
-		if r.at.After(since) {
-			out = min(out, r.n)
-		}
-	}
-	return out
+	return extremeSince(s.replicas, since, cur, false)
 }
 
 // maxReplicasSince is the most replicas seen after since: the start of a scale-down period.
 func (s *Scaler) maxReplicasSince(since time.Time, cur int32) int32 {
+	return extremeSince(s.replicas, since, cur, true)
+}
+
+// extremeSince is the highest (or lowest) of cur and the values stamped after since.
+func extremeSince(xs []stamped, since time.Time, cur int32, highest bool) int32 {
 	out := cur
-	for _, r := range s.replicas {
-		if r.at.After(since) {
-			out = max(out, r.n)
+	for _, x := range xs {
+		switch {
+		case !x.at.After(since):
+		case highest:
+			out = max(out, x.n)
+		default:
+			out = min(out, x.n)
 		}
 	}
 	return out

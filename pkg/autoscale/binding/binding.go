@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/record"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -508,7 +509,7 @@ func (r *Reconciler) resolve(ctx context.Context, b *workloadv1alpha1.Autoscalin
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		t.pods = append(t.pods, podmetrics.Pod{UID: p.UID, Name: p.Name, IP: p.Status.PodIP, Ready: podReady(&p)})
+		t.pods = append(t.pods, podmetrics.Pod{UID: p.UID, Name: p.Name, IP: p.Status.PodIP, Ready: p.Status.Phase == corev1.PodRunning && podutil.IsPodReady(&p)})
 	}
 	var md metav1.PartialObjectMetadata
 	md.SetGroupVersionKind(t.gvk)
@@ -660,18 +661,6 @@ func equalStatus(a, b *workloadv1alpha1.AutoscalingPolicyBindingStatus) bool {
 		}
 	}
 	return equality.Semantic.DeepEqual(x, y)
-}
-
-func podReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func quoteAll(xs []string) []string {
