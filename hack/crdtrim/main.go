@@ -18,7 +18,7 @@ import (
 )
 
 // podTemplateFields are the properties whose `spec` child is a core/v1 PodSpec.
-var podTemplateFields = map[string]bool{"entryTemplate": true, "workerTemplate": true}
+var podTemplateFields = map[string]bool{"entryTemplate": true, "workerTemplate": true, "leaderTemplate": true}
 
 func main() {
 	for _, path := range os.Args[1:] {

@@ -22,6 +22,9 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	llmazcorev1alpha1 "github.com/berth-sh/berth/pkg/apis/llmaz/core/v1alpha1"
+	llmazinferencev1alpha1 "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
+	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale/binding"
 	"github.com/berth-sh/berth/pkg/workload"
@@ -46,6 +49,7 @@ func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, workloadv1alpha1.AddToScheme, networkingv1alpha1.AddToScheme, volcanov1beta1.AddToScheme,
+		llmdv1alpha1.AddToScheme, llmazcorev1alpha1.AddToScheme, llmazinferencev1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			panic(err)
