@@ -21,10 +21,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	llmazcorev1alpha1 "github.com/berth-sh/berth/pkg/apis/llmaz/core/v1alpha1"
 	llmazinferencev1alpha1 "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
 	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale/binding"
 	"github.com/berth-sh/berth/pkg/workload"
