@@ -25,7 +25,7 @@ generate:
 ## manifests: CRDs from the kubebuilder markers, plus Volcano's PodGroup and HyperNode CRDs
 ## generated from volcano.sh/apis (the same module our code uses) for the test control plane.
 manifests:
-	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:dir=manifests/crds
+	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./pkg/apis/... output:crd:dir=manifests/crds
 	$(GO) run ./hack/crdtrim manifests/crds/workload.serving.volcano.sh_modelservings.yaml manifests/crds/inference.llmaz.io_services.yaml
 	rm -rf manifests/crds/volcano
 	$(CONTROLLER_GEN) crd paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 paths=volcano.sh/apis/pkg/apis/topology/v1alpha1 output:crd:dir=manifests/crds/volcano

@@ -19,6 +19,9 @@ func main() {
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "run one active controller, elected through the lease berth-controller")
 	flag.DurationVar(&o.AutoscaleSyncPeriod, "autoscale-sync-period", 5*time.Second, "how often each AutoscalingPolicyBinding reads its metrics and decides")
+	flag.DurationVar(&o.VariantSyncPeriod, "variant-sync-period", 30*time.Second, "how often each VariantAutoscaling reads its load and is sized")
+	flag.StringVar(&o.VariantActuation, "variant-actuation", "scale", `who applies a VariantAutoscaling's desired replicas: "scale" (berth-controller, through the ModelServing's scale subresource) or "metric" (only export inferno_desired_replicas for an HPA or KEDA)`)
+	flag.StringVar(&o.VariantCostsConfigMap, "variant-costs-configmap", "berth-system/accelerator-unit-costs", "namespace/name of the accelerator unit costs a VariantAutoscaling reads when its namespace has no accelerator-unit-costs ConfigMap")
 	flag.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "berth-system", "namespace of the leader-election lease")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)

@@ -58,7 +58,7 @@ func TestExamples(t *testing.T) {
 
 	// Every routed model answered a chat completion through the router.
 	assert.Contains(t, out.String(), "berth-router serves the OpenAI API at http://127.0.0.1:")
-	for _, model := range []string{"Qwen/Qwen3-8B", "deepseek-r1", "llama-3-1-8b"} {
+	for _, model := range []string{"Qwen/Qwen3-8B", "deepseek-r1", "llama-3-1-8b", "meta-llama/Llama-3.1-8B-Instruct"} {
 		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(model)+` +200 in .* from default/`, out.String())
 	}
 
@@ -84,8 +84,8 @@ func TestExamples(t *testing.T) {
 	ctx := context.Background()
 	var list workloadv1alpha1.ModelServingList
 	require.NoError(t, cl.List(ctx, &list, client.InNamespace("default")))
-	// Two ModelServings, and two the ModelBooster made (one per backend; the A100 one at 0).
-	require.Len(t, list.Items, 4, "the examples hold two ModelServings and a ModelBooster with two backends")
+	// Three ModelServings, and two the ModelBooster made (one per backend; the A100 one at 0).
+	require.Len(t, list.Items, 5, "the examples hold three ModelServings and a ModelBooster with two backends")
 	var nodes corev1.NodeList
 	require.NoError(t, cl.List(ctx, &nodes))
 	nodeLabels := map[string]map[string]string{}

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -37,6 +38,8 @@ type Options struct {
 	Engines sim.EngineOptions
 	// AutoscaleSyncPeriod is berth-controller's (0: its default).
 	AutoscaleSyncPeriod time.Duration
+	// VariantSyncPeriod is how often berth-controller sizes each VariantAutoscaling (0: its default).
+	VariantSyncPeriod time.Duration
 	// Routers is how many berth-router replicas run (0 means 1).
 	Routers int
 	// Router adjusts router i's options; the defaults listen on loopback ports, scrape every
@@ -87,7 +90,7 @@ func Start(cp *controlplane.ControlPlane, o Options) (*System, error) {
 			panic(fmt.Sprintf("berth-scheduler exited: %v", err))
 		}
 	})
-	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", AutoscaleSyncPeriod: o.AutoscaleSyncPeriod})
+	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod})
 	if err != nil {
 		return nil, err
 	}
@@ -158,31 +161,25 @@ func (s *System) Cleanup(ns string) {
 	_ = s.Kube.CoreV1().Nodes().DeleteCollection(ctx, zero, metav1.ListOptions{LabelSelector: OwnerLabel + "=" + ns})
 }
 
-// Decode reads one YAML document of a kind the tests create (Berth's kinds, Pods) into its
-// typed object, strictly: a misspelt field fails the test rather than being dropped.
+// Decode reads one YAML document of any kind berth-controller knows (Berth's, llm-d's,
+// llmaz's and the built-in kinds) into its typed object, strictly: a misspelt field fails
+// the test rather than being dropped.
 func Decode(doc string) (client.Object, error) {
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
 		return nil, err
 	}
-	var obj client.Object
-	switch tm.Kind {
-	case "ModelServing":
-		obj = &workloadv1alpha1.ModelServing{}
-	case "ModelBooster":
-		obj = &workloadv1alpha1.ModelBooster{}
-	case "AutoscalingPolicy":
-		obj = &workloadv1alpha1.AutoscalingPolicy{}
-	case "AutoscalingPolicyBinding":
-		obj = &workloadv1alpha1.AutoscalingPolicyBinding{}
-	case "ModelServer":
-		obj = &networkingv1alpha1.ModelServer{}
-	case "ModelRoute":
-		obj = &networkingv1alpha1.ModelRoute{}
-	case "Pod":
-		obj = &corev1.Pod{}
-	default:
-		return nil, fmt.Errorf("unexpected kind %q", tm.Kind)
+	gv, err := schema.ParseGroupVersion(tm.APIVersion)
+	if err != nil {
+		return nil, err
+	}
+	ro, err := controller.Scheme().New(gv.WithKind(tm.Kind))
+	if err != nil {
+		return nil, fmt.Errorf("unexpected kind %q: %w", tm.Kind, err)
+	}
+	obj, ok := ro.(client.Object)
+	if !ok {
+		return nil, fmt.Errorf("kind %q is not an object", tm.Kind)
 	}
 	if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
 		return nil, fmt.Errorf("%s: %w", tm.Kind, err)

@@ -1,13 +1,16 @@
 // Package controller assembles berth-controller: a controller-runtime manager with the
-// ModelServing, ModelBooster and autoscaling reconcilers. cmd/controller, the sandbox and the tests start it through here.
+// ModelServing, ModelBooster, autoscaling (AutoscalingPolicyBinding and llm-d's
+// VariantAutoscaling) and llmaz reconcilers. cmd/controller, the sandbox and the tests start it through here.
 package controller
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -27,6 +30,7 @@ import (
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale/binding"
+	"github.com/berth-sh/berth/pkg/autoscale/variantscaler"
 	"github.com/berth-sh/berth/pkg/workload"
 )
 
@@ -42,6 +46,15 @@ type Options struct {
 	InProcessRestart bool
 	// AutoscaleSyncPeriod is how often each AutoscalingPolicyBinding decides (default 5 s).
 	AutoscaleSyncPeriod time.Duration
+	// VariantSyncPeriod is how often each VariantAutoscaling is sized (default 30 s).
+	VariantSyncPeriod time.Duration
+	// VariantActuation is who applies a VariantAutoscaling's desired replicas: "scale"
+	// (berth-controller, the default) or "metric" (an HPA or KEDA reading
+	// inferno_desired_replicas).
+	VariantActuation string
+	// VariantCostsConfigMap is namespace/name of the accelerator unit costs a variant reads
+	// when its namespace has no accelerator-unit-costs ConfigMap.
+	VariantCostsConfigMap string
 }
 
 // Scheme knows every kind the controller reads or writes.
@@ -131,6 +144,30 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 		SyncPeriod: o.AutoscaleSyncPeriod,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("AutoscalingPolicyBinding reconciler: %w", err)
+	}
+	actuation := variantscaler.Actuation(o.VariantActuation)
+	switch actuation {
+	case "", variantscaler.ActuateScale, variantscaler.ActuateMetric:
+	default:
+		return fmt.Errorf("variant actuation %q: want %q or %q", o.VariantActuation, variantscaler.ActuateScale, variantscaler.ActuateMetric)
+	}
+	var costs types.NamespacedName
+	if o.VariantCostsConfigMap != "" {
+		ns, name, ok := strings.Cut(o.VariantCostsConfigMap, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("variant costs ConfigMap %q: want namespace/name", o.VariantCostsConfigMap)
+		}
+		costs = types.NamespacedName{Namespace: ns, Name: name}
+	}
+	if err := (&variantscaler.Reconciler{
+		Client:         mgr.GetClient(),
+		Scales:         scales,
+		Recorder:       mgr.GetEventRecorderFor("berth-variant-autoscaler"),
+		SyncPeriod:     o.VariantSyncPeriod,
+		Actuation:      actuation,
+		CostsConfigMap: costs,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("VariantAutoscaling reconciler: %w", err)
 	}
 	return nil
 }

@@ -47,7 +47,8 @@ func TestExamplesApply(t *testing.T) {
 		})
 	}
 	// The examples cover every kind of the API, so a user has a starting point for each.
-	for _, kind := range []string{"ModelServing", "ModelBooster", "AutoscalingPolicy", "AutoscalingPolicyBinding", "ModelRoute", "ModelServer"} {
+	for _, kind := range []string{"ModelServing", "ModelBooster", "AutoscalingPolicy", "AutoscalingPolicyBinding", "ModelRoute", "ModelServer",
+		"OpenModel", "BackendRuntime", "Playground", "Service", "VariantAutoscaling"} {
 		require.True(t, kinds[kind], "no example of %s", kind)
 	}
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -76,6 +77,58 @@ spec:
 `
 )
 
+// The llm-d and llmaz kinds' minimal valid objects.
+const (
+	validVariant = `
+apiVersion: llmd.ai/v1alpha1
+kind: VariantAutoscaling
+metadata: {name: bad}
+spec:
+  modelID: meta/llama0-70b
+  sloClassRef: {name: service-classes-config, key: premium.yaml}
+  modelProfile:
+    accelerators:
+    - {acc: A100, accCount: 1, alpha: "20.58", beta: "0.41", maxBatchSize: 4}
+`
+	validPlayground = `
+apiVersion: inference.llmaz.io/v1alpha1
+kind: Playground
+metadata: {name: bad}
+spec:
+  modelClaim: {modelName: qwen3}
+  elasticConfig: {minReplicas: 1, maxReplicas: 3}
+`
+	validService = `
+apiVersion: inference.llmaz.io/v1alpha1
+kind: Service
+metadata: {name: bad}
+spec:
+  modelClaims: {models: [{name: qwen3}]}
+  workloadTemplate:
+    size: 2
+    leaderTemplate: {spec: {containers: [{name: model-runner, image: sglang}]}}
+    workerTemplate: {spec: {containers: [{name: model-runner, image: sglang}]}}
+`
+	validBackendRuntime = `
+apiVersion: inference.llmaz.io/v1alpha1
+kind: BackendRuntime
+metadata: {name: bad-runtime}
+spec:
+  image: vllm/vllm-openai
+  version: v0.8.5
+  recommendedConfigs:
+  - {name: default, args: [--model, "{{ .ModelPath }}"]}
+`
+	validOpenModel = `
+apiVersion: llmaz.io/v1alpha1
+kind: OpenModel
+metadata: {name: bad-model}
+spec:
+  familyName: qwen3
+  source: {modelHub: {modelID: Qwen/Qwen3-0.6B}}
+`
+)
+
 type badInput struct {
 	name  string
 	base  string
@@ -89,6 +142,9 @@ func TestValidationRejectsBadInput(t *testing.T) {
 	role := func(o map[string]any, i int) map[string]any { return roles(o)[i].(map[string]any) }
 	backend := func(o map[string]any) map[string]any { return dig(o, "spec")["backends"].([]any)[0].(map[string]any) }
 	rule := func(o map[string]any) map[string]any { return dig(o, "spec")["rules"].([]any)[0].(map[string]any) }
+	accelerator := func(o map[string]any) map[string]any {
+		return dig(o, "spec", "modelProfile")["accelerators"].([]any)[0].(map[string]any)
+	}
 
 	cases := []badInput{
 		// ModelServing
@@ -223,6 +279,78 @@ func TestValidationRejectsBadInput(t *testing.T) {
 			"spec.kvConnector.type", "mooncake"},
 		{"model name too long", validServer, func(o map[string]any) { dig(o, "spec")["model"] = strings.Repeat("m", 257) },
 			"spec.model", "may not be more than 256"},
+		// VariantAutoscaling (llm-d)
+		{"variant without a model ID", validVariant, func(o map[string]any) { dig(o, "spec")["modelID"] = "" },
+			"spec.modelID", "at least 1 chars long"},
+		{"variant without an SLO class", validVariant, func(o map[string]any) { delete(dig(o, "spec"), "sloClassRef") },
+			"spec.sloClassRef", "Required value"},
+		{"variant without accelerators", validVariant, func(o map[string]any) { dig(o, "spec", "modelProfile")["accelerators"] = []any{} },
+			"spec.modelProfile.accelerators", "should have at least 1 items"},
+		{"alpha not a decimal", validVariant, func(o map[string]any) { accelerator(o)["alpha"] = "2e1" },
+			"spec.modelProfile.accelerators[0].alpha", "should match"},
+		{"negative beta", validVariant, func(o map[string]any) { accelerator(o)["beta"] = "-0.5" },
+			"spec.modelProfile.accelerators[0].beta", "should match"},
+		{"accCount 0", validVariant, func(o map[string]any) { accelerator(o)["accCount"] = 0 },
+			"spec.modelProfile.accelerators[0].accCount", "greater than or equal to 1"},
+		{"maxBatchSize 0", validVariant, func(o map[string]any) { accelerator(o)["maxBatchSize"] = 0 },
+			"spec.modelProfile.accelerators[0].maxBatchSize", "greater than or equal to 1"},
+		// Playground, Service, BackendRuntime, OpenModel (llmaz)
+		{"playground with both model claims", validPlayground, func(o map[string]any) {
+			dig(o, "spec")["modelClaims"] = map[string]any{"models": []any{map[string]any{"name": "qwen3"}}}
+		}, "spec", "set exactly one of modelClaim and modelClaims"},
+		{"playground with no model claim", validPlayground, func(o map[string]any) { delete(dig(o, "spec"), "modelClaim") },
+			"spec", "set exactly one of modelClaim and modelClaims"},
+		{"two main models", validPlayground, func(o map[string]any) {
+			delete(dig(o, "spec"), "modelClaim")
+			dig(o, "spec")["modelClaims"] = map[string]any{"models": []any{map[string]any{"name": "a"}, map[string]any{"name": "b", "role": "main"}}}
+		}, "spec.modelClaims", "only one main model is allowed"},
+		{"draft without a main model", validPlayground, func(o map[string]any) {
+			delete(dig(o, "spec"), "modelClaim")
+			dig(o, "spec")["modelClaims"] = map[string]any{"models": []any{map[string]any{"name": "a", "role": "draft"}, map[string]any{"name": "b", "role": "lora"}}}
+		}, "spec.modelClaims", "one main and one draft"},
+		{"unknown model role", validPlayground, func(o map[string]any) {
+			delete(dig(o, "spec"), "modelClaim")
+			dig(o, "spec")["modelClaims"] = map[string]any{"models": []any{map[string]any{"name": "a", "role": "target"}}}
+		}, "spec.modelClaims.models[0].role", `supported values: "main", "draft", "lora"`},
+		{"minReplicas 0", validPlayground, func(o map[string]any) { dig(o, "spec", "elasticConfig")["minReplicas"] = 0 },
+			"spec.elasticConfig.minReplicas", "greater than or equal to 1"},
+		{"minReplicas not below maxReplicas", validPlayground, func(o map[string]any) { dig(o, "spec", "elasticConfig")["minReplicas"] = 3 },
+			"spec.elasticConfig", "minReplicas must be less than maxReplicas"},
+		{"elasticConfig without maxReplicas", validPlayground, func(o map[string]any) { delete(dig(o, "spec", "elasticConfig"), "maxReplicas") },
+			"spec.elasticConfig.maxReplicas", "Required value"},
+		{"scale trigger without hpa", validPlayground, func(o map[string]any) { dig(o, "spec", "elasticConfig")["scaleTrigger"] = map[string]any{} },
+			"spec.elasticConfig.scaleTrigger", "hpa is required"},
+		{"service with an unknown rollout type", validService, func(o map[string]any) { dig(o, "spec", "rolloutStrategy")["type"] = "Recreate" },
+			"spec.rolloutStrategy.type", `supported values: "RollingUpdate"`},
+		{"service with an unknown restart policy", validService, func(o map[string]any) { dig(o, "spec", "workloadTemplate")["restartPolicy"] = "Always" },
+			"spec.workloadTemplate.restartPolicy", "RecreateGroupOnPodRestart"},
+		{"service without a worker template", validService, func(o map[string]any) { delete(dig(o, "spec", "workloadTemplate"), "workerTemplate") },
+			"spec.workloadTemplate.workerTemplate", "Required value"},
+		{"runtime without an image", validBackendRuntime, func(o map[string]any) { delete(dig(o, "spec"), "image") },
+			"spec.image", "Required value"},
+		{"duplicate recommended configs", validBackendRuntime, func(o map[string]any) {
+			c := dig(o, "spec")["recommendedConfigs"].([]any)
+			dig(o, "spec")["recommendedConfigs"] = append(c, c[0])
+		}, "spec.recommendedConfigs[1]", "Duplicate value"},
+		{"model without a source", validOpenModel, func(o map[string]any) { dig(o, "spec")["source"] = map[string]any{} },
+			"spec.source", "a model needs a source"},
+		{"model from an unknown hub", validOpenModel, func(o map[string]any) { dig(o, "spec", "source", "modelHub")["name"] = "GitHub" },
+			"spec.source.modelHub.name", `supported values: "Huggingface", "ModelScope"`},
+		{"model file on ModelScope", validOpenModel, func(o map[string]any) {
+			hub := dig(o, "spec", "source", "modelHub")
+			hub["name"], hub["filename"] = "ModelScope", "model.gguf"
+		}, "spec.source.modelHub", "filename can only be set when the modelHub is Huggingface"},
+		{"model URI over http", validOpenModel, func(o map[string]any) {
+			delete(dig(o, "spec"), "source")
+			dig(o, "spec", "source")["uri"] = "http://example.com/model"
+		}, "spec.source.uri", "protocol oss, s3, gcs, ollama or host"},
+		{"nine flavors", validOpenModel, func(o map[string]any) {
+			var fl []any
+			for i := range 9 {
+				fl = append(fl, map[string]any{"name": fmt.Sprintf("f%d", i)})
+			}
+			dig(o, "spec", "inferenceConfig")["flavors"] = fl
+		}, "spec.inferenceConfig.flavors", "must have at most 8 items"},
 	}
 	require.GreaterOrEqual(t, len(cases), 25)
 

@@ -42,6 +42,10 @@ func TestMain(m *testing.M) { cptest.Main(m, &cp) }
 // syncPeriod is the autoscaler's; short so a test sees several decisions per second.
 const syncPeriod = 250 * time.Millisecond
 
+// variantSyncPeriod is the VariantAutoscaling reconciler's: long enough that a counter
+// rate over one period averages a few requests.
+const variantSyncPeriod = time.Second
+
 var (
 	startOnce sync.Once
 	kube      kubernetes.Interface
@@ -57,6 +61,7 @@ func startSystem(t *testing.T) {
 		sys, err := systemtest.Start(cp, systemtest.Options{
 			Engines:             sim.EngineOptions{TimeScale: 1, DrainTimeout: 5 * time.Second},
 			AutoscaleSyncPeriod: syncPeriod,
+			VariantSyncPeriod:   variantSyncPeriod,
 		})
 		require.NoError(t, err)
 		kube, cl, rt = sys.Kube, sys.Client, sys.Routers[0]
@@ -322,8 +327,8 @@ func (w *world) waitAvailable(name string, n int32) {
 }
 
 // events lists the reasons of the events on a binding.
-func (w *world) events(binding string) []string {
-	evs, err := kube.CoreV1().Events(w.ns).List(w.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=AutoscalingPolicyBinding,involvedObject.name=" + binding})
+func (w *world) events(kind, name string) []string {
+	evs, err := kube.CoreV1().Events(w.ns).List(w.ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=" + kind + ",involvedObject.name=" + name})
 	require.NoError(w.t, err)
 	var out []string
 	for _, e := range evs.Items {
@@ -335,8 +340,14 @@ func (w *world) events(binding string) []string {
 // hasEvent waits for an event with reason on a binding (events are recorded asynchronously).
 func (w *world) hasEvent(binding, reason string) {
 	w.t.Helper()
-	w.eventually(fmt.Sprintf("binding %s has a %s event", binding, reason), 10*time.Second, func() bool {
-		return slices.Contains(w.events(binding), reason)
+	w.hasEventOn("AutoscalingPolicyBinding", binding, reason)
+}
+
+// hasEventOn waits for an event with reason on an object of kind.
+func (w *world) hasEventOn(kind, name, reason string) {
+	w.t.Helper()
+	w.eventually(fmt.Sprintf("%s %s has a %s event", kind, name, reason), 10*time.Second, func() bool {
+		return slices.Contains(w.events(kind, name), reason)
 	})
 }
 

@@ -101,7 +101,11 @@ type BackendRuntimeSpec struct {
 	StartupProbe *corev1.Probe `json:"startupProbe,omitempty"`
 
 	// RecommendedConfigs represents the recommended configurations for the backendRuntime.
-	// +kubebuilder:validation:XValidation:rule="self.all(c, self.exists_one(d, d.name == c.name))",message="recommendedConfigs names must be unique"
+	// Names are unique (a list map keyed by name; llmaz checks this in a webhook). At most
+	// 32, a bound llmaz does not set, so the apiserver can budget the CEL rules inside.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	RecommendedConfigs []RecommendedConfig `json:"recommendedConfigs,omitempty"`
 }
