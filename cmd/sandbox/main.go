@@ -48,6 +48,7 @@ func main() {
 	flag.IntVar(&o.Load.Concurrency, "load", 0, "once everything is Available, keep up to this many streaming chat completions in flight through the router (ramping up, holding, ramping down over --load-duration) and print the autoscaled replicas as they change; 0 sends no load")
 	flag.DurationVar(&o.Load.Duration, "load-duration", 2*time.Minute, "how long --load sends requests (then the sandbox watches as long again for scale-down)")
 	flag.IntVar(&o.Load.MaxTokens, "load-max-tokens", 128, "output tokens per --load request")
+	flag.DurationVar(&o.VariantSyncPeriod, "variant-sync-period", 5*time.Second, "how often each VariantAutoscaling is sized (berth-controller's default is 30s)")
 	flag.DurationVar(&o.AutoscaleSyncPeriod, "autoscale-sync-period", 5*time.Second, "how often the autoscaler reads metrics and decides (berth-controller's default)")
 	verbosity := flag.Int("v", 0, "log verbosity of the in-process components (0 keeps their logs off)")
 	_ = flag.Parse(os.Args[1:])

@@ -62,6 +62,9 @@ type Options struct {
 	Load Load
 	// AutoscaleSyncPeriod is how often the autoscaler decides (0: berth-controller's default).
 	AutoscaleSyncPeriod time.Duration
+	// VariantSyncPeriod is how often each VariantAutoscaling is sized (0: 5 s, a sixth of
+	// berth-controller's default, so the sandbox shows a sized variant soon after start).
+	VariantSyncPeriod time.Duration
 }
 
 // pollInterval is how often Run looks at the ModelServings; a line is printed only when it
@@ -188,7 +191,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	})
 	// InProcessRestart: a second sandbox in one process (the tests) registers the same
 	// controller names again.
-	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", InProcessRestart: true, AutoscaleSyncPeriod: o.AutoscaleSyncPeriod})
+	if o.VariantSyncPeriod <= 0 {
+		o.VariantSyncPeriod = 5 * time.Second
+	}
+	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", InProcessRestart: true,
+		AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod})
 	if err != nil {
 		return err
 	}
@@ -241,7 +248,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 
 	onAvailable := func() error {
-		if err := probeRoutes(ctx, cl, routerURL, out); err != nil || o.Load.Concurrency <= 0 {
+		if err := probeRoutes(ctx, cl, routerURL, out); err != nil {
+			return err
+		}
+		if err := reportVariants(ctx, cl, o.VariantSyncPeriod, out); err != nil || o.Load.Concurrency <= 0 {
 			return err
 		}
 		models, err := loadModels(ctx, cl)

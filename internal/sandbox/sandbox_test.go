@@ -42,7 +42,8 @@ func options() sandbox.Options {
 		ControlPlane:  cp,
 		RouterAddr:    "127.0.0.1:0",
 		// Engines 100 times faster than a GPU: the probe requests answer at once.
-		EngineTimeScale: 0.01,
+		EngineTimeScale:   0.01,
+		VariantSyncPeriod: 500 * time.Millisecond,
 	}
 }
 
@@ -61,6 +62,9 @@ func TestExamples(t *testing.T) {
 	for _, model := range []string{"Qwen/Qwen3-8B", "deepseek-r1", "llama-3-1-8b", "meta-llama/Llama-3.1-8B-Instruct"} {
 		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(model)+` +200 in .* from default/`, out.String())
 	}
+
+	// The VariantAutoscaling example was sized: one H100 replica for an idle model.
+	assert.Regexp(t, `(?m)^  default/llama-3-1-8b-premium  meta-llama/Llama-3.1-8B-Instruct: 1 × H100 now \(cost 65.00, [0-9.]+ req/min\), optimized 1 × H100, applied true$`, out.String())
 
 	// The table's rows by pod name.
 	rows := map[string][]string{}
