@@ -20,18 +20,8 @@ import (
 // so a permission only the ModelBooster controller needs would otherwise go unnoticed until
 // a real cluster refused it.
 func TestShippedRBACCoversModelBooster(t *testing.T) {
-	cfg := cp.RESTConfig()
-	cl, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
-	require.NoError(t, err)
-	ctrl := installRBAC(t, cl)["berth-controller"]
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	as := ctrl.impersonate()
-
 	const workload, networking = "workload.serving.volcano.sh", "networking.serving.volcano.sh"
-	needs := []struct {
-		group, resource string
-		verbs           []string
-	}{
+	needs := []need{
 		{workload, "modelboosters", []string{"get", "list", "watch"}},
 		{workload, "modelboosters/status", []string{"update"}},
 		{workload, "modelservings", []string{"get", "list", "watch", "create", "update", "delete"}},
@@ -42,6 +32,24 @@ func TestShippedRBACCoversModelBooster(t *testing.T) {
 		{"", "pods", []string{"get", "list", "watch"}},
 		{"events.k8s.io", "events", []string{"create", "patch"}},
 	}
+	assertAllowed(t, needs)
+}
+
+type need struct {
+	group, resource string
+	verbs           []string
+}
+
+// assertAllowed asks the apiserver whether the shipped berth-controller role grants every
+// verb of needs, as a SubjectAccessReview for its ServiceAccount.
+func assertAllowed(t *testing.T, needs []need) {
+	t.Helper()
+	cfg := cp.RESTConfig()
+	cl, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	require.NoError(t, err)
+	ctrl := installRBAC(t, cl)["berth-controller"]
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	as := ctrl.impersonate()
 	for _, n := range needs {
 		resource, sub, _ := strings.Cut(n.resource, "/")
 		for _, verb := range n.verbs {
@@ -54,4 +62,19 @@ func TestShippedRBACCoversModelBooster(t *testing.T) {
 			assert.True(t, got.Status.Allowed, "berth-controller may not %s %s.%s (%s)", verb, n.resource, n.group, got.Status.Reason)
 		}
 	}
+}
+
+// The VariantAutoscaling reconciler's requests (pkg/autoscale/variantscaler): it reads the
+// variant and its ConfigMaps, the ModelServing's pods and ModelServers, writes the status and
+// scales through modelservings/scale.
+func TestShippedRBACCoversVariantAutoscaling(t *testing.T) {
+	assertAllowed(t, []need{
+		{"llmd.ai", "variantautoscalings", []string{"get", "list", "watch"}},
+		{"llmd.ai", "variantautoscalings/status", []string{"update", "patch"}},
+		{"", "configmaps", []string{"get", "list", "watch"}},
+		{"", "pods", []string{"get", "list", "watch"}},
+		{"networking.serving.volcano.sh", "modelservers", []string{"get", "list", "watch"}},
+		{"workload.serving.volcano.sh", "modelservings/scale", []string{"get", "update"}},
+		{"events.k8s.io", "events", []string{"create", "patch"}},
+	})
 }
