@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
+	llmazinferencev1alpha1 "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -87,6 +88,19 @@ func observe(ctx context.Context, cl client.Client, t tracked) (*snapshot, error
 	}
 	for i := range nodes.Items {
 		snap.nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	// An llmaz Playground's ModelServing is owned by the Service the Playground owns: track
+	// the Services of applied Playgrounds too.
+	var services llmazinferencev1alpha1.ServiceList
+	if err := cl.List(ctx, &services); err != nil {
+		return nil, err
+	}
+	for _, svc := range services.Items {
+		for _, ref := range svc.OwnerReferences {
+			if t.uids[ref.UID] {
+				t.uids[svc.UID] = true
+			}
+		}
 	}
 	for i := range list.Items {
 		ms := &list.Items[i]

@@ -2,6 +2,7 @@ package variant
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -32,7 +33,7 @@ func TestWaitMarginIsLn20(t *testing.T) {
 //	W  = (L-Ls)/X = (3/37)*(740/17) = 60/17 ≈ 3.529412 ms
 func TestQueueSmallBoundByHand(t *testing.T) {
 	p := Profile{Acc: "X", AccCount: 1, Alpha: 10, Beta: 5, MaxBatchSize: 2}
-	m := newQueueWithCapacity(p, 2, 3).metrics(1.0 / 40)
+	m := newQueueWithCapacity(p, Request{OutputTokens: 2}, 3).metrics(1.0 / 40)
 	near(t, "ITLAverage", m.ITLAverage, 300.0/17, 1e-9)
 	near(t, "WaitAverage", m.WaitAverage, 60.0/17, 1e-9)
 	near(t, "AvgBatch", m.AvgBatch, 30.0/37, 1e-12)
@@ -55,7 +56,7 @@ func TestQueueSmallBoundByHand(t *testing.T) {
 //	W  = (L-Ls)/X = (1013/2047)*200*2047/2046 = 202600/2046 ≈ 99.022483 ms
 func TestEvaluateSingleServerByHand(t *testing.T) {
 	p := Profile{Acc: "A100", AccCount: 1, Alpha: 20, Beta: 5, MaxBatchSize: 1}
-	m, err := Evaluate(p, 4, 300)
+	m, err := Evaluate(p, Request{OutputTokens: 4}, 300)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestEvaluateSingleServerByHand(t *testing.T) {
 //	W   = (L-Ls)/X = 40*(3/4 - 30e)/(5/2 - 3e)   ≈ 11.9995560 ms
 func TestEvaluateBatchOfTwoByHand(t *testing.T) {
 	p := Profile{Acc: "X", AccCount: 1, Alpha: 10, Beta: 5, MaxBatchSize: 2}
-	m, err := Evaluate(p, 2, 1500)
+	m, err := Evaluate(p, Request{OutputTokens: 2}, 1500)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestEvaluateBatchOfTwoByHand(t *testing.T) {
 
 func TestEvaluateZeroRate(t *testing.T) {
 	// No arrivals: a lone request would see ITL(1) = 10 + 5*1 = 15 ms and no wait.
-	m, err := Evaluate(Profile{Acc: "X", AccCount: 1, Alpha: 10, Beta: 5, MaxBatchSize: 4}, 2, 0)
+	m, err := Evaluate(Profile{Acc: "X", AccCount: 1, Alpha: 10, Beta: 5, MaxBatchSize: 4}, Request{OutputTokens: 2}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,12 +108,12 @@ func TestEvaluateZeroRate(t *testing.T) {
 func TestEvaluateLargeBatchStaysFinite(t *testing.T) {
 	// rate(n)/rate(1) grows like n, so unscaled products reach ~e^1024 and overflow.
 	p := Profile{Acc: "X", AccCount: 1, Alpha: 1, Beta: 0.01, MaxBatchSize: 1024}
-	top, err := MaxRate(p, 10, SLO{})
+	top, err := MaxRate(p, Request{OutputTokens: 10}, SLO{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, rate := range []float64{1, top / 2, top, 10 * top} {
-		m, err := Evaluate(p, 10, rate)
+		m, err := Evaluate(p, Request{OutputTokens: 10}, rate)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,9 +144,20 @@ func TestEvaluateRejectsBadInput(t *testing.T) {
 		{good, 4, -1, `rate must be a finite number >= 0, got -1`},
 		{good, 4, math.NaN(), `rate must be a finite number >= 0, got NaN`},
 	} {
-		_, err := Evaluate(tc.p, tc.tokens, tc.rate)
+		_, err := Evaluate(tc.p, Request{OutputTokens: tc.tokens}, tc.rate)
 		if err == nil || err.Error() != tc.wantErrMsg {
 			t.Errorf("Evaluate(%+v, %v, %v) error = %v, want %q", tc.p, tc.tokens, tc.rate, err, tc.wantErrMsg)
+		}
+	}
+	for _, input := range []float64{-1, math.Inf(1), math.NaN()} {
+		want := fmt.Sprintf("average input tokens must be a finite number >= 0, got %v", input)
+		_, err := Evaluate(good, Request{InputTokens: input, OutputTokens: 4}, 1)
+		if err == nil || err.Error() != want {
+			t.Errorf("Evaluate input %v: error = %v, want %q", input, err, want)
+		}
+		_, err = MaxRate(good, Request{InputTokens: input, OutputTokens: 4}, SLO{})
+		if err == nil || err.Error() != want {
+			t.Errorf("MaxRate input %v: error = %v, want %q", input, err, want)
 		}
 	}
 }
@@ -154,7 +166,7 @@ func TestEvaluateRejectsBadInput(t *testing.T) {
 // without slo-ttft, the answer is the top of the range: 0.999 * 600 req/min = 599.4 req/min.
 func TestMaxRateTopOfRange(t *testing.T) {
 	p := Profile{Acc: "A100", AccCount: 1, Alpha: 20, Beta: 5, MaxBatchSize: 1}
-	got, err := MaxRate(p, 4, SLO{TPOT: 25})
+	got, err := MaxRate(p, Request{OutputTokens: 4}, SLO{TPOT: 25})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +179,7 @@ func TestMaxRateTopOfRange(t *testing.T) {
 // slack of 1e-9*17.6 ms above, about 1e-10 req/ms).
 func TestMaxRateITLBindsByHand(t *testing.T) {
 	p := Profile{Acc: "X", AccCount: 1, Alpha: 10, Beta: 5, MaxBatchSize: 2}
-	q := newQueueWithCapacity(p, 2, 3)
+	q := newQueueWithCapacity(p, Request{OutputTokens: 2}, 3)
 	got, err := q.maxRate(SLO{TPOT: 300.0 / 17})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +193,7 @@ func TestMaxRateITLBindsByHand(t *testing.T) {
 func TestMaxRateWaitBindsByHand(t *testing.T) {
 	p := Profile{Acc: "A100", AccCount: 1, Alpha: 20, Beta: 5, MaxBatchSize: 1}
 	ttft := 202600.0 / 2046 * WaitMargin
-	got, err := MaxRate(p, 4, SLO{TPOT: 25, TTFT: ttft})
+	got, err := MaxRate(p, Request{OutputTokens: 4}, SLO{TPOT: 25, TTFT: ttft})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +204,7 @@ func TestMaxRateInfeasible(t *testing.T) {
 	// ITL(1) = 20 + 5 = 25 ms > 24 ms even for a lone request. Bottom of the range:
 	// 0.001 * 600 req/min = 0.60 req/min.
 	p := Profile{Acc: "A100", AccCount: 1, Alpha: 20, Beta: 5, MaxBatchSize: 1}
-	_, err := MaxRate(p, 4, SLO{TPOT: 24, TTFT: 500})
+	_, err := MaxRate(p, Request{OutputTokens: 4}, SLO{TPOT: 24, TTFT: 500})
 	want := "SLO cannot be met: average ITL 25.00 ms exceeds slo-tpot 24.00 ms even at minimal load (0.60 req/min)"
 	if err == nil || err.Error() != want {
 		t.Fatalf("error = %v, want %q", err, want)
@@ -207,10 +219,10 @@ func TestMaxRateInfeasible(t *testing.T) {
 func TestMaxRateIsTheBoundary(t *testing.T) {
 	p := Profile{Acc: "X", AccCount: 1, Alpha: 10, Beta: 2, MaxBatchSize: 8}
 	const k = 100
-	q := newQueue(p, k)
+	q := newQueue(p, Request{OutputTokens: k})
 	top := (1 - RateMargin) * q.mu[len(q.mu)-1] * msPerMinute
 	for _, slo := range []SLO{{TPOT: 20, TTFT: 1000}, {TPOT: 25}, {TTFT: 50}, {TPOT: 30, TTFT: 200}} {
-		got, err := MaxRate(p, k, slo)
+		got, err := MaxRate(p, Request{OutputTokens: k}, slo)
 		if err != nil {
 			t.Fatalf("%+v: %v", slo, err)
 		}
@@ -229,7 +241,7 @@ func TestMaxRateMonotone(t *testing.T) {
 	const k = 100
 	rate := func(p Profile, slo SLO) float64 {
 		t.Helper()
-		r, err := MaxRate(p, k, slo)
+		r, err := MaxRate(p, Request{OutputTokens: k}, slo)
 		if err != nil {
 			t.Fatalf("%+v %+v: %v", p, slo, err)
 		}

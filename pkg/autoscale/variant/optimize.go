@@ -43,6 +43,7 @@ type Allocation struct {
 	Cost              float64 // Replicas * AccCount * unit cost
 	ITLAverage        float64 // ms, at RatePerReplica
 	WaitAverage       float64 // ms, at RatePerReplica
+	TTFTAverage       float64 // ms, at RatePerReplica: WaitAverage + the prefill time
 	AvgBatch          float64 // average requests in service per replica, at RatePerReplica
 	RatePerReplica    float64 // requests per minute
 	MaxRatePerReplica float64 // requests per minute meeting the SLO; 0 when not known
@@ -85,11 +86,12 @@ func (e *NoFeasibleError) Error() string {
 //
 // For each profile with a unit cost and valid parameters: with load,
 // replicas = max(ceil(ArrivalRate / MaxRate), MinReplicas); with no load
-// (ArrivalRate 0), replicas = MinReplicas and the profile must still meet slo-tpot
-// for a lone request (ITL(1) <= TPOT). Cost = replicas * AccCount * unit cost.
-// The lowest cost wins; equal costs go to CurrentAccelerator, then to the smaller
-// accelerator name. The ITL and wait averages are those of one replica at
-// ArrivalRate / replicas (ITL(1) and 0 with no load).
+// (ArrivalRate 0), replicas = MinReplicas and the profile must still meet the SLO
+// for a lone request (ITL(1) + Tp/K <= TPOT, Tp <= TTFT; the Tp/K term only when
+// K is known). Cost = replicas * AccCount * unit cost. The lowest cost wins; equal
+// costs go to CurrentAccelerator, then to the smaller accelerator name. The ITL,
+// wait and TTFT averages are those of one replica at ArrivalRate / replicas (those
+// of a lone request, with no wait, when there is no load).
 //
 // Input errors (negative or non-finite numbers, no profiles) are plain errors;
 // when every profile is skipped the error is a *NoFeasibleError naming each one
@@ -125,7 +127,7 @@ func Optimize(in OptimizeInput) (Allocation, error) {
 			continue
 		}
 		if in.Load.AvgOutputTokens > 0 {
-			rate, err := MaxRate(p, in.Load.AvgOutputTokens, in.SLO)
+			rate, err := MaxRate(p, in.Load.Request(), in.SLO)
 			if err != nil && !zeroLoad {
 				c.Skipped = err.Error()
 				continue
@@ -133,7 +135,11 @@ func Optimize(in OptimizeInput) (Allocation, error) {
 			c.MaxRatePerReplica = rate // 0 on error
 		}
 		if zeroLoad {
-			if itl := p.ITL(1); in.SLO.TPOT > 0 && itl > in.SLO.TPOT*(1+sloSlack) {
+			if why := prefillTooLong(p, in.Load.AvgInputTokens, in.SLO); why != "" {
+				c.Skipped = fmt.Sprintf("%v: %s", ErrInfeasible, why)
+				continue
+			}
+			if itl := lone(p, in.Load.Request()).ITLAverage; in.SLO.TPOT > 0 && itl > in.SLO.TPOT*(1+sloSlack) {
 				c.Skipped = fmt.Sprintf("%v: ITL of a lone request %.2f ms exceeds slo-tpot %.2f ms", ErrInfeasible, itl, in.SLO.TPOT)
 				continue
 			}
@@ -168,20 +174,22 @@ func Optimize(in OptimizeInput) (Allocation, error) {
 	}
 
 	p, c := in.Profiles[best], cands[best]
+	alone := lone(p, in.Load.Request())
 	out := Allocation{
 		Accelerator:       p.Acc,
 		AccCount:          p.AccCount,
 		Replicas:          c.Replicas,
 		MaxBatch:          p.MaxBatchSize,
 		Cost:              c.Cost,
-		ITLAverage:        p.ITL(1),
+		ITLAverage:        alone.ITLAverage,
+		TTFTAverage:       alone.TTFTAverage,
 		MaxRatePerReplica: c.MaxRatePerReplica,
 		Candidates:        cands,
 	}
 	if !zeroLoad {
 		out.RatePerReplica = in.Load.ArrivalRate / float64(c.Replicas)
-		m := newQueue(p, in.Load.AvgOutputTokens).metrics(out.RatePerReplica / msPerMinute)
-		out.ITLAverage, out.WaitAverage, out.AvgBatch = m.ITLAverage, m.WaitAverage, m.AvgBatch
+		m := newQueue(p, in.Load.Request()).metrics(out.RatePerReplica / msPerMinute)
+		out.ITLAverage, out.WaitAverage, out.TTFTAverage, out.AvgBatch = m.ITLAverage, m.WaitAverage, m.TTFTAverage, m.AvgBatch
 	}
 	return out, nil
 }
@@ -206,6 +214,9 @@ func (in OptimizeInput) validate() error {
 	}
 	if !finiteNonNeg(in.Load.AvgOutputTokens) {
 		return fmt.Errorf("average output tokens must be a finite number >= 0, got %v", in.Load.AvgOutputTokens)
+	}
+	if !finiteNonNeg(in.Load.AvgInputTokens) {
+		return fmt.Errorf("average input tokens must be a finite number >= 0, got %v", in.Load.AvgInputTokens)
 	}
 	if in.Load.ArrivalRate > 0 && in.Load.AvgOutputTokens == 0 {
 		return fmt.Errorf("average output tokens is 0 with an arrival rate of %.2f req/min: the load cannot be sized", in.Load.ArrivalRate)

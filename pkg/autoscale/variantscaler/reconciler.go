@@ -243,7 +243,7 @@ func (r *Reconciler) run(ctx context.Context, va *llmdv1alpha1.VariantAutoscalin
 		acc = profiles[0].Acc
 	}
 	in := variant.OptimizeInput{
-		Load:               variant.Load{ArrivalRate: ld.RatePerMinute, AvgOutputTokens: ld.AvgOutput},
+		Load:               variant.Load{ArrivalRate: ld.RatePerMinute, AvgOutputTokens: ld.AvgOutput, AvgInputTokens: ld.AvgInput},
 		SLO:                slo,
 		Profiles:           profiles,
 		UnitCosts:          costs,
@@ -291,8 +291,8 @@ func (r *Reconciler) run(ctx context.Context, va *llmdv1alpha1.VariantAutoscalin
 	desiredReplicas.WithLabelValues(va.Name, va.Namespace, alloc.Accelerator).Set(float64(desired))
 	currentReplicas.WithLabelValues(va.Name, va.Namespace, curAcc).Set(float64(current))
 
-	msg := fmt.Sprintf("%s × %d for %.2f req/min of %.0f output tokens (class %s: slo-tpot %g ms, slo-ttft %g ms; one replica serves up to %.2f req/min at ITL %.2f ms, wait %.2f ms; costs from %s)",
-		alloc.Accelerator, desired, ld.RatePerMinute, ld.AvgOutput, class, slo.TPOT, slo.TTFT, alloc.MaxRatePerReplica, alloc.ITLAverage, alloc.WaitAverage, costsFrom)
+	msg := fmt.Sprintf("%s × %d for %.2f req/min of %.1f input and %.1f output tokens (class %s: slo-tpot %g ms, slo-ttft %g ms; at that load a replica sees ITL %.2f ms, wait %.2f ms, TTFT %.2f ms, and serves up to %.2f req/min within the SLO; costs from %s)",
+		alloc.Accelerator, desired, ld.RatePerMinute, ld.AvgInput, ld.AvgOutput, class, slo.TPOT, slo.TTFT, alloc.ITLAverage, alloc.WaitAverage, alloc.TTFTAverage, alloc.MaxRatePerReplica, costsFrom)
 	if r.Actuation == ActuateMetric {
 		status.Actuation.Applied = true
 		setReady(status, va.Generation, ReasonOptimized, msg+"; exported as inferno_desired_replicas for an external autoscaler")

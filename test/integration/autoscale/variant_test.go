@@ -2,6 +2,7 @@ package autoscale
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
 	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
@@ -134,10 +136,14 @@ func TestVariantAutoscalingScalesItsModelServing(t *testing.T) {
 	assert.Greater(t, decimal(t, cur.ITLAverage), 7.0, "measured ITL in ms")
 	assert.Positive(t, decimal(t, cur.VariantCost))
 	assert.Contains(t, msg, "class Premium")
-	// The desired count is what the model gives for the load the status reports (the
-	// replicas follow it, up to one run behind).
+	// The desired count is what the model gives for the load the status reports (input
+	// tokens are in the Ready message only: llm-d's LoadProfile has no field for them).
+	m := regexp.MustCompile(`of ([0-9.]+) input and ([0-9.]+) output tokens`).FindStringSubmatch(msg)
+	require.NotNil(t, m, msg)
+	input := decimal(t, m[1])
+	assert.Positive(t, input, "prompt tokens per request")
 	want, err := variant.Optimize(variant.OptimizeInput{
-		Load:               variant.Load{ArrivalRate: rate, AvgOutputTokens: length},
+		Load:               variant.Load{ArrivalRate: rate, AvgOutputTokens: length, AvgInputTokens: input},
 		SLO:                variant.SLO{TPOT: 10, TTFT: 300},
 		Profiles:           []variant.Profile{{Acc: "H100", AccCount: 1, Alpha: 8, Beta: 0.15, MaxBatchSize: 4}, {Acc: "A100", AccCount: 1, Alpha: 12.5, Beta: 0.3, MaxBatchSize: 4}},
 		UnitCosts:          map[string]float64{"H100": 50, "A100": 40},
@@ -146,6 +152,9 @@ func TestVariantAutoscalingScalesItsModelServing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int32(want.Replicas), des.NumReplicas, "desired replicas for %.1f req/min of %.0f tokens", rate, length)
 	w.hasEventOn("VariantAutoscaling", "llama-variant", "Scaled")
+	// The desired replicas are exported under llm-d's series for an HPA or KEDA.
+	assert.Equal(t, float64(des.NumReplicas), gauge(t, "inferno_desired_replicas", map[string]string{
+		"variant_name": "llama-variant", "namespace": w.ns, "accelerator_type": "H100"}))
 
 	// Load gone: back to one replica.
 	l.end()
@@ -313,4 +322,27 @@ spec:
 	assert.Equal(t, "A100", va.Status.DesiredOptimizedAlloc.Accelerator)
 	assert.Equal(t, int32(1), va.Status.DesiredOptimizedAlloc.NumReplicas)
 	assert.Equal(t, "40.00", va.Status.CurrentAlloc.VariantCost, "one A100 at llm-d's unit cost")
+}
+
+// gauge reads a series from berth-controller's registry (it runs in this process).
+func gauge(t *testing.T, name string, lbls map[string]string) float64 {
+	t.Helper()
+	fams, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := lbls[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no series %s%v", name, lbls)
+	return 0
 }
