@@ -16,8 +16,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
-	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
 	"github.com/berth-sh/berth/internal/systemtest"
+	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale/variant"
 )
 
