@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/record"
-	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -505,12 +504,7 @@ func (r *Reconciler) resolve(ctx context.Context, b *workloadv1alpha1.Autoscalin
 	if err := r.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, err
 	}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		t.pods = append(t.pods, podmetrics.Pod{UID: p.UID, Name: p.Name, IP: p.Status.PodIP, Ready: p.Status.Phase == corev1.PodRunning && podutil.IsPodReady(&p)})
-	}
+	t.pods = podmetrics.FromPods(pods.Items)
 	var md metav1.PartialObjectMetadata
 	md.SetGroupVersionKind(t.gvk)
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &md); err == nil {

@@ -18,7 +18,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	"github.com/berth-sh/berth/pkg/autoscale"
 )
@@ -29,6 +31,20 @@ type Pod struct {
 	Name  string
 	IP    string
 	Ready bool
+}
+
+// FromPods is what the reader needs of the live pods among pods: those not deleted and not
+// finished, ready when Running and Ready.
+func FromPods(pods []corev1.Pod) []Pod {
+	var out []Pod
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		out = append(out, Pod{UID: p.UID, Name: p.Name, IP: p.Status.PodIP, Ready: p.Status.Phase == corev1.PodRunning && podutil.IsPodReady(p)})
+	}
+	return out
 }
 
 // Endpoint is where the pods serve their metrics.

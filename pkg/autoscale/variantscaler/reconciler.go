@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/scale"
 	"k8s.io/client-go/tools/record"
-	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -419,13 +418,7 @@ func (r *Reconciler) podsOf(ctx context.Context, ns string, sc *autoscalingv1.Sc
 	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, ep, err
 	}
-	var pods []podmetrics.Pod
-	for _, p := range list.Items {
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		pods = append(pods, podmetrics.Pod{UID: p.UID, Name: p.Name, IP: p.Status.PodIP, Ready: p.Status.Phase == corev1.PodRunning && podutil.IsPodReady(&p)})
-	}
+	pods := podmetrics.FromPods(list.Items)
 	if len(list.Items) > 0 {
 		var servers networkingv1alpha1.ModelServerList
 		if err := r.Client.List(ctx, &servers, client.InNamespace(ns)); err != nil {
