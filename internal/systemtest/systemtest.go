@@ -24,6 +24,8 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	llmazinferencev1alpha1 "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
+	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
@@ -150,6 +152,10 @@ func (s *System) Cleanup(ns string) {
 		var l workloadv1alpha1.ModelBoosterList
 		return s.Client.List(ctx, &l, client.InNamespace(ns)) == nil && len(l.Items) == 0, nil
 	})
+	// llmaz's Playgrounds and Services (which make ModelServings), and llm-d's variants.
+	for _, obj := range []client.Object{&llmazinferencev1alpha1.Playground{}, &llmazinferencev1alpha1.Service{}, &llmdv1alpha1.VariantAutoscaling{}} {
+		_ = s.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns))
+	}
 	for _, obj := range []client.Object{
 		&workloadv1alpha1.AutoscalingPolicyBinding{}, &workloadv1alpha1.AutoscalingPolicy{},
 		&workloadv1alpha1.ModelServing{}, &networkingv1alpha1.ModelRoute{}, &networkingv1alpha1.ModelServer{},

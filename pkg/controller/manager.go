@@ -31,6 +31,7 @@ import (
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale/binding"
 	"github.com/berth-sh/berth/pkg/autoscale/variantscaler"
+	"github.com/berth-sh/berth/pkg/llmazserving"
 	"github.com/berth-sh/berth/pkg/workload"
 )
 
@@ -113,6 +114,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("ModelBooster reconciler: %w", err)
 	}
 	if err := addAutoscaler(mgr, cfg, o); err != nil {
+		return nil, err
+	}
+	if err := llmazserving.Setup(mgr); err != nil {
 		return nil, err
 	}
 	return mgr, nil

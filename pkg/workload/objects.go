@@ -5,6 +5,7 @@ package workload
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -238,13 +239,34 @@ func BuildPod(ms *workloadv1alpha1.ModelServing, revision string, i int, r *work
 		{Name: workloadv1alpha1.EntryAddressEnv, Value: entryAddress},
 		{Name: workloadv1alpha1.WorkerIndexEnv, Value: strconv.Itoa(k)},
 	}
+	var lws []corev1.EnvVar
+	if ms.Annotations[workloadv1alpha1.LeaderWorkerSetCompatAnnotation] == "true" {
+		pod.Labels[workloadv1alpha1.LWSWorkerIndexLabel] = strconv.Itoa(k)
+		pod.Labels[workloadv1alpha1.LWSGroupIndexLabel] = strconv.Itoa(i)
+		lws = []corev1.EnvVar{
+			{Name: "LWS_LEADER_ADDRESS", Value: entryAddress},
+			{Name: "LWS_GROUP_SIZE", Value: strconv.Itoa(int(1 + r.WorkerReplicas))},
+			{Name: "LWS_WORKER_INDEX", Value: strconv.Itoa(k)},
+		}
+	}
 	for c := range pod.Spec.Containers {
-		pod.Spec.Containers[c].Env = append(pod.Spec.Containers[c].Env, env...)
+		pod.Spec.Containers[c].Env = appendUnset(append(pod.Spec.Containers[c].Env, env...), lws)
 	}
 	for c := range pod.Spec.InitContainers {
-		pod.Spec.InitContainers[c].Env = append(pod.Spec.InitContainers[c].Env, env...)
+		pod.Spec.InitContainers[c].Env = appendUnset(append(pod.Spec.InitContainers[c].Env, env...), lws)
 	}
 	return pod
+}
+
+// appendUnset adds the LWS variables a container does not define itself (an LWS manifest
+// defines LWS_WORKER_INDEX from the worker-index label, which holds the same value).
+func appendUnset(have, add []corev1.EnvVar) []corev1.EnvVar {
+	for _, e := range add {
+		if !slices.ContainsFunc(have, func(h corev1.EnvVar) bool { return h.Name == e.Name }) {
+			have = append(have, e)
+		}
+	}
+	return have
 }
 
 // BuildService is the headless Service of a role replica with workers.

@@ -36,4 +36,14 @@ const (
 	EntryAddressEnv = "ENTRY_ADDRESS"
 	// WorkerIndexEnv is 0 on the entry pod and 1..workers on the workers.
 	WorkerIndexEnv = "WORKER_INDEX"
+
+	// LeaderWorkerSetCompatAnnotation "true" on a ModelServing gives its pods what a
+	// LeaderWorkerSet's pods get, so manifests written for LWS (an llmaz Service's workload
+	// template) run unchanged: the environment variables LWS_LEADER_ADDRESS, LWS_GROUP_SIZE
+	// and LWS_WORKER_INDEX (the entry address, group size and worker index) and the labels
+	// leaderworkerset.sigs.k8s.io/worker-index and leaderworkerset.sigs.k8s.io/group-index.
+	LeaderWorkerSetCompatAnnotation = "workload.berth.sh/leaderworkerset-compat"
+	// LWSWorkerIndexLabel and LWSGroupIndexLabel are LeaderWorkerSet's pod labels.
+	LWSWorkerIndexLabel = "leaderworkerset.sigs.k8s.io/worker-index"
+	LWSGroupIndexLabel  = "leaderworkerset.sigs.k8s.io/group-index"
 )
