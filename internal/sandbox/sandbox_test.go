@@ -59,7 +59,7 @@ func TestExamples(t *testing.T) {
 
 	// Every routed model answered a chat completion through the router.
 	assert.Contains(t, out.String(), "berth-router serves the OpenAI API at http://127.0.0.1:")
-	for _, model := range []string{"Qwen/Qwen3-8B", "deepseek-r1", "llama-3-1-8b", "meta-llama/Llama-3.1-8B-Instruct"} {
+	for _, model := range []string{"Qwen/Qwen3-8B", "deepseek-r1", "llama-3-1-8b", "meta-llama/Llama-3.1-8B-Instruct", "qwen3-0--6b"} {
 		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(model)+` +200 in .* from default/`, out.String())
 	}
 
@@ -88,8 +88,14 @@ func TestExamples(t *testing.T) {
 	ctx := context.Background()
 	var list workloadv1alpha1.ModelServingList
 	require.NoError(t, cl.List(ctx, &list, client.InNamespace("default")))
-	// Three ModelServings, and two the ModelBooster made (one per backend; the A100 one at 0).
-	require.Len(t, list.Items, 5, "the examples hold three ModelServings and a ModelBooster with two backends")
+	// Three ModelServings, two the ModelBooster made (one per backend; the A100 one at 0),
+	// and one each for the llmaz Playground and the llmaz Service.
+	var names []string
+	for _, ms := range list.Items {
+		names = append(names, ms.Name)
+	}
+	require.ElementsMatch(t, []string{"deepseek-r1-tp", "qwen3-8b-pd", "llama-3-1-8b-premium", "llama-3-1-8b-h100", "llama-3-1-8b-a100",
+		"qwen3-0--6b", "llama3-405b-instruct"}, names)
 	var nodes corev1.NodeList
 	require.NoError(t, cl.List(ctx, &nodes))
 	nodeLabels := map[string]map[string]string{}
