@@ -86,6 +86,31 @@ func TestBuildPodWiresWorkersToTheirEntry(t *testing.T) {
 	assert.Equal(t, "true", entry.Labels[workloadv1alpha1.EntryLabel])
 }
 
+// With the LeaderWorkerSet compatibility annotation (an llmaz Service's ModelServing), pods
+// also get LWS's variables and labels; a variable the container defines itself is kept.
+func TestBuildPodLeaderWorkerSetCompat(t *testing.T) {
+	ms := pdServing()
+	ms.Annotations = map[string]string{workloadv1alpha1.LeaderWorkerSetCompatAnnotation: "true"}
+	role := &ms.Spec.Template.Roles[1]
+	role.WorkerTemplate.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LWS_WORKER_INDEX", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['leaderworkerset.sigs.k8s.io/worker-index']"}}}}
+	pod := BuildPod(ms, "rev1", 2, role, 1, 1)
+	assert.Equal(t, "1", pod.Labels[workloadv1alpha1.LWSWorkerIndexLabel])
+	assert.Equal(t, "2", pod.Labels[workloadv1alpha1.LWSGroupIndexLabel])
+	env := map[string]corev1.EnvVar{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	assert.Equal(t, "qwen-2-decode-1-0.qwen-2-decode-1.ns.svc", env["LWS_LEADER_ADDRESS"].Value)
+	assert.Equal(t, "2", env["LWS_GROUP_SIZE"].Value)
+	assert.NotNil(t, env["LWS_WORKER_INDEX"].ValueFrom, "the container's own definition (from the label) is kept")
+	assert.Equal(t, "1", env["WORKER_INDEX"].Value)
+
+	ms.Annotations = nil
+	pod = BuildPod(ms, "rev1", 2, role, 1, 1)
+	assert.NotContains(t, pod.Labels, workloadv1alpha1.LWSWorkerIndexLabel, "only on request")
+}
+
 func TestNoPodGroupForTheDefaultScheduler(t *testing.T) {
 	ms := pdServing()
 	ms.Spec.SchedulerName = ""

@@ -78,3 +78,24 @@ func TestShippedRBACCoversVariantAutoscaling(t *testing.T) {
 		{"events.k8s.io", "events", []string{"create", "patch"}},
 	})
 }
+
+// The llmaz reconcilers' requests (pkg/llmazserving): Playgrounds, Services and
+// BackendRuntimes read and their status written, OpenModels read, the Service, ModelServing,
+// ModelServer, ModelRoute and HorizontalPodAutoscaler each Playground or Service becomes.
+func TestShippedRBACCoversLlmaz(t *testing.T) {
+	const inference = "inference.llmaz.io"
+	assertAllowed(t, []need{
+		{inference, "playgrounds", []string{"get", "list", "watch"}},
+		{inference, "services", []string{"get", "list", "watch", "create", "update", "delete"}},
+		{inference, "backendruntimes", []string{"get", "list", "watch"}},
+		{inference, "playgrounds/status", []string{"update", "patch"}},
+		{inference, "services/status", []string{"update", "patch"}},
+		{inference, "backendruntimes/status", []string{"update", "patch"}},
+		{"llmaz.io", "openmodels", []string{"get", "list", "watch"}},
+		{"autoscaling", "horizontalpodautoscalers", []string{"get", "list", "watch", "create", "update", "delete"}},
+		{"workload.serving.volcano.sh", "modelservings", []string{"get", "list", "watch", "create", "update"}},
+		{"networking.serving.volcano.sh", "modelservers", []string{"get", "list", "watch", "create", "update"}},
+		{"networking.serving.volcano.sh", "modelroutes", []string{"get", "list", "watch", "create", "update"}},
+		{"events.k8s.io", "events", []string{"create", "patch"}},
+	})
+}
