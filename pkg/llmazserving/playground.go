@@ -2,12 +2,10 @@ package llmazserving
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	coreapi "github.com/berth-sh/berth/pkg/apis/llmaz/core/v1alpha1"
@@ -78,14 +75,8 @@ func (r *PlaygroundReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	status := pg.Status.DeepCopy()
 	svc, err := r.sync(ctx, &pg)
-	var p *problem
 	switch {
-	case errors.As(err, &p):
-		if c := meta.FindStatusCondition(pg.Status.Conditions, "Available"); c == nil || c.Reason != p.reason {
-			r.Recorder.Event(&pg, corev1.EventTypeWarning, p.reason, p.message)
-		}
-		log.FromContext(ctx).Info("playground not served", "reason", p.reason, "message", p.message)
-		setProgress(&status.Conditions, pg.Generation, false, p.reason, p.message)
+	case recordProblem(ctx, r.Recorder, &pg, pg.Status.Conditions, &status.Conditions, err):
 	case err != nil:
 		return ctrl.Result{}, err
 	default:

@@ -2,10 +2,8 @@ package llmazserving
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +13,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	coreapi "github.com/berth-sh/berth/pkg/apis/llmaz/core/v1alpha1"
@@ -61,14 +58,8 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	status := svc.Status.DeepCopy()
 	ms, err := r.sync(ctx, &svc)
-	var p *problem
 	switch {
-	case errors.As(err, &p):
-		if c := meta.FindStatusCondition(svc.Status.Conditions, inferenceapi.ServiceAvailable); c == nil || c.Reason != p.reason {
-			r.Recorder.Event(&svc, corev1.EventTypeWarning, p.reason, p.message)
-		}
-		log.FromContext(ctx).Info("service not served", "reason", p.reason, "message", p.message)
-		setProgress(&status.Conditions, svc.Generation, false, p.reason, p.message)
+	case recordProblem(ctx, r.Recorder, &svc, svc.Status.Conditions, &status.Conditions, err):
 	case err != nil:
 		return ctrl.Result{}, err
 	default:
