@@ -226,7 +226,12 @@ func (r *Reconciler) run(ctx context.Context, va *llmdv1alpha1.VariantAutoscalin
 	if err != nil {
 		return err
 	}
-	ld, err := readLoad(ctx, r.reader(types.NamespacedName{Namespace: va.Namespace, Name: va.Name}), pods, ep, now)
+	// A ModelServing with no pods (scaled to zero) has no load to read: it is sized for no
+	// load, which is one replica, so a variant never leaves its model unserved.
+	var ld load
+	if len(pods) > 0 {
+		ld, err = readLoad(ctx, r.reader(types.NamespacedName{Namespace: va.Namespace, Name: va.Name}), pods, ep, now)
+	}
 	if err != nil {
 		var nr errNoReading
 		if errors.As(err, &nr) {

@@ -132,7 +132,9 @@ func TestVariantAutoscalingScalesItsModelServing(t *testing.T) {
 	assert.WithinDuration(t, time.Now(), des.LastRunTime.Time, 10*time.Second)
 	rate, length := decimal(t, cur.Load.ArrivalRate), decimal(t, cur.Load.AvgLength)
 	assert.Greater(t, rate, 60.0, "requests per minute")
-	assert.InDelta(t, 100, length, 10, "output tokens per request")
+	// Tokens are counted as generated and requests as they finish, so over one short sync
+	// period the ratio is noisy around the 100 each request asks for.
+	assert.InDelta(t, 100, length, 30, "output tokens per request")
 	assert.Greater(t, decimal(t, cur.ITLAverage), 7.0, "measured ITL in ms")
 	assert.Positive(t, decimal(t, cur.VariantCost))
 	assert.Contains(t, msg, "class Premium")
@@ -168,6 +170,11 @@ func TestVariantAutoscalingScalesItsModelServing(t *testing.T) {
 		return va.Status.DesiredOptimizedAlloc != nil && va.Status.DesiredOptimizedAlloc.NumReplicas == 1 &&
 			va.Status.CurrentAlloc != nil && va.Status.CurrentAlloc.NumReplicas == 1
 	})
+
+	// Scaled to zero by hand: no pods, no load to read; the variant brings one replica back.
+	w.scale("llama-variant", 0)
+	w.eventually("the watch sees 0", 10*time.Second, func() bool { return log.last() == 0 })
+	w.eventually("one replica again", 20*time.Second, func() bool { return log.last() == 1 })
 }
 
 // Bad input: a missing SLO ConfigMap, a key or model it does not hold, missing costs and a
