@@ -23,6 +23,9 @@ type preFilterState struct {
 	// refused: PreFilter itself refused the pod and already did what the refusal needs;
 	// PostFilter must not release the group for it.
 	refused bool
+	// unplanned: PreFilter found no plan for the group, for this reason. PostFilter tries
+	// preemption and, when that does not help, releases the group with the reason.
+	unplanned string
 }
 
 // Clone returns the state itself: it is never modified after PreFilter.
@@ -73,9 +76,13 @@ func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	if out.Stale {
 		fastPath.WithLabelValues("stale").Inc()
 	}
+	if out.Waiting {
+		// A preemption made room; its victims are still leaving.
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, out.Refusal))
+	}
 	if out.Plan == nil {
 		logger.V(4).Info("Group has no plan", "reason", out.Refusal)
-		g.rejectGroup(pg, key, reasonNotEnoughResources, out.Refusal)
+		state.Write(preFilterStateKey, &preFilterState{key: key, refused: true, unplanned: out.Refusal})
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, out.Refusal))
 	}
 	if pg.Spec.MinResources != nil && out.NewAttempt {
@@ -128,12 +135,14 @@ func (g *Gang) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni
 	return nil
 }
 
-// PostFilter runs when a pod fits no node it was allowed. A pod sent to its planned node
+// PostFilter runs when a pod fits no node it was allowed. A group PreFilter found no plan
+// for first tries preemption: evicting whole lower-priority groups (see preempt); when
+// that does not help it is released with the reason. A pod sent to its planned node
 // found the plan stale: the plan is dropped and the pod retried at once, when the group is
 // planned again around what it holds. Otherwise, unless the group's minimum is already
 // bound, the pods it holds in Permit can never be joined by this one: release them now
 // rather than at the timeout, so the capacity goes to a group that can complete.
-func (g *Gang) PostFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+func (g *Gang) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	key := placement.GroupKey(pod)
 	if key == "" {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
@@ -146,6 +155,18 @@ func (g *Gang) PostFilter(_ context.Context, state fwk.CycleState, pod *corev1.P
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	s, err := readPreFilterState(state)
+	if err == nil && s.unplanned != "" {
+		preempting, why := g.preempt(ctx, pod, pg, req, key)
+		if preempting {
+			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, why))
+		}
+		msg := s.unplanned
+		if why != "" {
+			msg += "; " + why
+		}
+		g.rejectGroup(pg, key, reasonNotEnoughResources, msg)
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, msg))
+	}
 	if err == nil && s.refused {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}

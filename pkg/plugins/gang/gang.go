@@ -18,6 +18,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	schedulinglisters "k8s.io/client-go/listers/scheduling/v1"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -46,9 +50,16 @@ type Gang struct {
 	model    *placement.Model
 	pgLister volcanolisters.PodGroupLister
 	status   *statusWriter
+	// Read by preemption: group priorities, disruption budgets and the pods they cover.
+	pcLister  schedulinglisters.PriorityClassLister
+	pdbLister policylisters.PodDisruptionBudgetLister
+	podLister corelisters.PodLister
 
 	mu     sync.Mutex
 	groups map[string]*groupState
+	// victimOf maps a pod being preempted to the group it makes room for, which is put
+	// back in the queue as each victim leaves.
+	victimOf map[types.UID]string
 }
 
 // groupState is the plugin's memory of one PodGroup between scheduling cycles; the pods
@@ -104,11 +115,15 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 	podInformer := handle.SharedInformerFactory().Core().V1().Pods().Informer()
 
 	g := &Gang{
-		handle:   handle,
-		args:     args,
-		model:    model,
-		pgLister: pgInformer.Lister(),
-		groups:   map[string]*groupState{},
+		handle:    handle,
+		args:      args,
+		model:     model,
+		pgLister:  pgInformer.Lister(),
+		pcLister:  handle.SharedInformerFactory().Scheduling().V1().PriorityClasses().Lister(),
+		pdbLister: handle.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
+		podLister: handle.SharedInformerFactory().Core().V1().Pods().Lister(),
+		groups:    map[string]*groupState{},
+		victimOf:  map[types.UID]string{},
 	}
 	g.status = newStatusWriter(vc, g.pgLister, model, handle.EventRecorder())
 	model.OnHeadChange(func(old, new string) {
@@ -147,6 +162,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
 				g.forgetIfGone(pod)
+				g.victimGone(pod)
 			}
 		},
 	}); err != nil {

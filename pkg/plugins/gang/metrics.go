@@ -25,8 +25,20 @@ var (
 		Help:           "Gang pods sent straight to the node their group's plan chose (hit), and plans found stale on the way, made again around what the group holds (stale).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	preemptions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "berth_gang",
+		Name:           "preemptions_total",
+		Help:           "Preemption attempts for groups without a plan, by result: preempted (victims chosen and evicted), infeasible (no eviction of lower-priority groups makes room), forbidden (only evictions a PodDisruptionBudget forbids would).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	victimsEvicted = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "berth_gang",
+		Name:           "preemption_victims_total",
+		Help:           "What preemption evicted, by kind: group (every pod of a lower-priority group) or pod (a lone pod).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
 )
 
 func init() {
-	legacyregistry.MustRegister(gangsScheduled, gangsRejected, fastPath)
+	legacyregistry.MustRegister(gangsScheduled, gangsRejected, fastPath, preemptions, victimsEvicted)
 }

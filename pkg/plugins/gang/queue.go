@@ -31,15 +31,16 @@ func (g *Gang) PreEnqueue(_ context.Context, pod *corev1.Pod) *fwk.Status {
 	return nil
 }
 
-// Less orders the queue by priority, then by group (oldest group first), then by pod, so
-// the pods of one gang leave the queue back to back instead of interleaving with another,
-// and older groups are tried before younger ones.
+// Less orders the queue by priority (a group's is its PodGroup's priorityClassName when it
+// names one), then by group (oldest group first), then by pod, so the pods of one gang
+// leave the queue back to back instead of interleaving with another, and older groups are
+// tried before younger ones.
 func (g *Gang) Less(a, b fwk.QueuedEntityInfo) bool {
-	if pa, pb := a.GetPriority(), b.GetPriority(); pa != pb {
-		return pa > pb
+	ta, ka, pa, pra := g.queueTime(a)
+	tb, kb, pb, prb := g.queueTime(b)
+	if pra != prb {
+		return pra > prb
 	}
-	ta, ka, pa := g.queueTime(a)
-	tb, kb, pb := g.queueTime(b)
 	if !ta.Equal(tb) {
 		return ta.Before(tb)
 	}
@@ -57,17 +58,17 @@ func (g *Gang) Less(a, b fwk.QueuedEntityInfo) bool {
 type podInfoGetter interface{ GetPodInfo() fwk.PodInfo }
 
 // queueTime is the group's creation time for gang pods and the queue time for others,
-// with the group key and the pod.
-func (g *Gang) queueTime(e fwk.QueuedEntityInfo) (time.Time, string, *corev1.Pod) {
+// with the group key, the pod and the priority it is queued at.
+func (g *Gang) queueTime(e fwk.QueuedEntityInfo) (time.Time, string, *corev1.Pod, int32) {
 	pi, ok := e.(podInfoGetter)
 	if !ok || pi.GetPodInfo() == nil {
-		return e.GetTimestamp(), "", nil
+		return e.GetTimestamp(), "", nil, e.GetPriority()
 	}
 	pod := pi.GetPodInfo().GetPod()
 	if name := placement.GroupName(pod); name != "" {
 		if pg, err := g.pgLister.PodGroups(pod.Namespace).Get(name); err == nil {
-			return pg.CreationTimestamp.Time, pod.Namespace + "/" + name, pod
+			return pg.CreationTimestamp.Time, pod.Namespace + "/" + name, pod, g.groupPriority(pg, []*corev1.Pod{pod})
 		}
 	}
-	return e.GetTimestamp(), "", pod
+	return e.GetTimestamp(), "", pod, e.GetPriority()
 }

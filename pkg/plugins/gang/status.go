@@ -96,6 +96,24 @@ func (w *statusWriter) unschedulable(pg *volcanov1beta1.PodGroup, reason, msg st
 	w.enqueue(key)
 }
 
+// preempting records that lower-priority groups are being evicted for the group.
+func (w *statusWriter) preempting(pg *volcanov1beta1.PodGroup, msg string) {
+	key := pg.Namespace + "/" + pg.Name
+	if w.record(key, decision{reason: reasonPreempting, message: msg}) && w.recorder != nil {
+		w.recorder.Eventf(podGroupRef(pg), nil, corev1.EventTypeNormal, reasonPreempting, "Preempting", "%s", msg)
+	}
+	w.enqueue(key)
+}
+
+// preempted records that the group was evicted for a higher-priority one.
+func (w *statusWriter) preempted(pg *volcanov1beta1.PodGroup, msg string) {
+	key := pg.Namespace + "/" + pg.Name
+	if w.record(key, decision{reason: reasonPreempted, message: msg}) && w.recorder != nil {
+		w.recorder.Eventf(podGroupRef(pg), nil, corev1.EventTypeWarning, reasonPreempted, "Preempting", "%s", msg)
+	}
+	w.enqueue(key)
+}
+
 // scheduled records a released group. It emits no event of its own: each pod already gets
 // the scheduler's Scheduled event, the PodGroup's Scheduled condition records the release,
 // and measured on the upstream gang workloads one more API write per group cost about a

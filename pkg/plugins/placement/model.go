@@ -420,6 +420,9 @@ type Outcome struct {
 	NewAttempt bool
 	// Reservation is set when the refused group is the one capacity is kept for.
 	Reservation *Plan
+	// Waiting: the group's plan comes from a preemption whose victims have not left yet;
+	// the pod waits (Refusal says for what) and the plan stays in force.
+	Waiting bool
 }
 
 // Node is the pod's planned node, or "".
@@ -445,6 +448,13 @@ func (m *Model) PlanFor(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req *Requi
 		if node, planned := p.Nodes[pod.UID]; planned {
 			if pool.Eligible(pod, node) && fitsIn(pool.Free(node), nil, p.requests[pod.UID]) {
 				out.Plan = p // the fast path: nothing else to look at
+				return out, nil
+			}
+			if p.Nominated && now.Before(p.expires) {
+				// The pods preempted for the group still hold the node: wait for them,
+				// keeping the room, rather than plan around them.
+				out.Waiting = true
+				out.Refusal = fmt.Sprintf("waiting for the pods preempted for it to leave node %s", node)
 				return out, nil
 			}
 			out.Stale = true // the node changed under the plan: plan again around what is placed

@@ -41,6 +41,9 @@ type Plan struct {
 	// Reservation marks a plan that cannot be placed yet: the capacity kept for the oldest
 	// blocked group while what runs on its nodes finishes.
 	Reservation bool
+	// Nominated marks a preemptor's plan: its nodes are freed by evicting lower-priority
+	// groups, and the group waits for them rather than planning again (see Nominate).
+	Nominated bool
 
 	requests map[types.UID]Resources
 	expires  time.Time // zero: never

@@ -185,6 +185,14 @@ type role struct {
 	// nodeSelector and tolerations go on every pod of the role (a selected, tainted pool).
 	nodeSelector map[string]string
 	tolerations  []corev1.Toleration
+	// priorityClass goes on every pod of the role (the apiserver resolves its priority).
+	priorityClass string
+}
+
+// gangOpts are PodGroup fields beyond the minimum.
+type gangOpts struct {
+	priorityClass string
+	topology      *volcanov1beta1.NetworkTopologySpec
 }
 
 // createGang writes what berth-controller writes for one ServingGroup (DESIGN.md's
@@ -193,7 +201,14 @@ type role struct {
 // minRole maps a role to its minimum replicas; a role missing from it counts all.
 func (w *world) createGang(group string, minRole map[string]int, roles ...role) {
 	w.t.Helper()
+	w.createGangWith(group, minRole, gangOpts{}, roles...)
+}
+
+// createGangWith is createGang with a priority class and network topology on the PodGroup.
+func (w *world) createGangWith(group string, minRole map[string]int, opts gangOpts, roles ...role) {
+	w.t.Helper()
 	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: group}}
+	pg.Spec.PriorityClassName, pg.Spec.NetworkTopology = opts.priorityClass, opts.topology
 	pg.Spec.MinTaskMember = map[string]int32{}
 	minResources := corev1.ResourceList{}
 	pg.Spec.MinResources = &minResources
@@ -256,10 +271,11 @@ func (w *world) gangPod(group string, r role, task string, k int) *corev1.Pod {
 			Annotations: map[string]string{groupNameKey: group, taskSpecKey: task},
 		},
 		Spec: corev1.PodSpec{
-			SchedulerName:   scheduler.SchedulerName,
-			SchedulingGates: gates,
-			NodeSelector:    r.nodeSelector,
-			Tolerations:     r.tolerations,
+			SchedulerName:     scheduler.SchedulerName,
+			PriorityClassName: r.priorityClass,
+			SchedulingGates:   gates,
+			NodeSelector:      r.nodeSelector,
+			Tolerations:       r.tolerations,
 			Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
 				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limitsOf(requests)}}},
 		},
