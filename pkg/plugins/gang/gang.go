@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -59,8 +60,11 @@ type Gang struct {
 	groups map[string]*groupState
 	// victimOf maps a pod being preempted to the group it makes room for, which is put
 	// back in the queue as each victim leaves.
-	victimOf map[types.UID]string
+	victimOf map[types.UID]victim
 }
+
+// victim is a pod being preempted: where it is and the group it makes room for.
+type victim struct{ namespace, name, preemptor string }
 
 // groupState is the plugin's memory of one PodGroup between scheduling cycles; the pods
 // it holds are the placement model's.
@@ -123,7 +127,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 		pdbLister: handle.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 		podLister: handle.SharedInformerFactory().Core().V1().Pods().Lister(),
 		groups:    map[string]*groupState{},
-		victimOf:  map[types.UID]string{},
+		victimOf:  map[types.UID]victim{},
 	}
 	g.status = newStatusWriter(vc, g.pgLister, model, handle.EventRecorder())
 	model.OnHeadChange(func(old, new string) {
@@ -180,7 +184,9 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*volcanov1beta1.PodGroup)
 			n, ok2 := newObj.(*volcanov1beta1.PodGroup)
-			if ok1 && ok2 && o.Generation != n.Generation {
+			// Volcano's CRD has no status subresource, so the status this plugin writes
+			// bumps the generation too: only a change of spec drops the plan.
+			if ok1 && ok2 && !equality.Semantic.DeepEqual(o.Spec, n.Spec) {
 				g.model.Drop(n.Namespace + "/" + n.Name)
 				g.activate(n.Namespace + "/" + n.Name)
 			}

@@ -41,6 +41,11 @@ func (g *Gang) preempt(ctx context.Context, pod *corev1.Pod, pg *volcanov1beta1.
 	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == corev1.PreemptNever {
 		return false, ""
 	}
+	if n := g.victimsLeaving(key); n > 0 {
+		// As kube-scheduler does: while pods preempted for the group are still leaving,
+		// their room is on its way and preempting again would evict more than needed.
+		return false, fmt.Sprintf("waiting for %d pods preempted for it to leave", n)
+	}
 	prio := g.groupPriority(pg, g.groupPods(key))
 	candidates, protected := g.victimCandidates(key, prio)
 	if len(candidates) == 0 && len(protected) == 0 {
@@ -71,7 +76,7 @@ func (g *Gang) preempt(ctx context.Context, pod *corev1.Pod, pg *volcanov1beta1.
 	g.mu.Lock()
 	for i := range pre.Victims {
 		for _, p := range pre.Victims[i].Pods {
-			g.victimOf[p.UID] = key
+			g.victimOf[p.UID] = victim{namespace: p.Namespace, name: p.Name, preemptor: key}
 		}
 	}
 	g.mu.Unlock()
@@ -326,13 +331,31 @@ func markDisruptionTarget(ctx context.Context, g *Gang, p *corev1.Pod, msg strin
 	return err
 }
 
+// victimsLeaving counts the pods preempted for the group that still exist.
+func (g *Gang) victimsLeaving(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for uid, v := range g.victimOf {
+		if v.preemptor != key {
+			continue
+		}
+		if p, err := g.podLister.Pods(v.namespace).Get(v.name); err == nil && p.UID == uid {
+			n++
+		} else {
+			delete(g.victimOf, uid)
+		}
+	}
+	return n
+}
+
 // victimGone re-queues the preemptor of a victim pod that just left.
 func (g *Gang) victimGone(pod *corev1.Pod) {
 	g.mu.Lock()
-	key, ok := g.victimOf[pod.UID]
+	v, ok := g.victimOf[pod.UID]
 	delete(g.victimOf, pod.UID)
 	g.mu.Unlock()
 	if ok {
-		g.activate(key)
+		g.activate(v.preemptor)
 	}
 }

@@ -100,9 +100,9 @@ func (m *Model) PlanPreemption(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req
 	var plan *Plan
 	msg := "no lower-priority group or pod runs where it could go"
 	for len(onNode) > 0 && plan == nil {
-		best, bestPrio, bestCount := "", int32(0), 0
+		best, bestPrio, bestCount, bestSize := "", int32(0), 0, 0
 		for _, n := range SortedKeys(boolsOf(onNode)) {
-			prio, count := int32(0), 0
+			prio, count, size := int32(0), 0, 0
 			for _, i := range onNode[n] {
 				if chosen[i] {
 					continue
@@ -111,9 +111,12 @@ func (m *Model) PlanPreemption(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req
 					prio = candidates[i].Priority
 				}
 				count++
+				size += candidates[i].Bound()
 			}
-			if best == "" || prio < bestPrio || prio == bestPrio && count < bestCount {
-				best, bestPrio, bestCount = n, prio, count
+			// Lowest top priority, then the fewest victims, then the victims freeing the
+			// most elsewhere too (a group spanning nodes frees all of them at once).
+			if best == "" || prio < bestPrio || prio == bestPrio && (count < bestCount || count == bestCount && size > bestSize) {
+				best, bestPrio, bestCount, bestSize = n, prio, count, size
 			}
 		}
 		for _, i := range onNode[best] {
