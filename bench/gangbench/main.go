@@ -96,14 +96,20 @@ func main() {
 	flag.DurationVar(&c.quiet, "contention-quiet", 5*time.Second, "contention: settled once bound pods have not changed for this long")
 	flag.DurationVar(&c.settleCap, "contention-settle-cap", 60*time.Second, "contention: wait at most this long after the stream for the pods to settle")
 	flag.DurationVar(&c.partialWindow, "contention-partial-window", 2*time.Second, "contention: a group counts as partially bound once it has stayed so this long")
+	var po preemptionOptions
+	preemption := flag.Bool("preemption", false, "also run the preemption workload")
+	psizes := flag.String("preemption-sizes", "16,64", "preemption: GPU pool sizes in nodes of 8 GPUs")
+	flag.Float64Var(&po.share, "preemption-share", 0.25, "preemption: the preemptor's whole-node pods, as a share of the pool")
+	flag.DurationVar(&po.timeout, "preemption-timeout", 2*time.Minute, "preemption: how long a run waits for the preemptor to be bound")
 	flag.Parse()
+	po.seed = c.seed
 	quietLogs()
 	if *runs < 1 {
 		must(fmt.Errorf("-runs must be at least 1"))
 	}
 
 	var selected []workload
-	known := map[string]bool{contentionName: true}
+	known := map[string]bool{contentionName: true, preemptionName: true}
 	for _, w := range workloads {
 		known[w.name] = true
 		if *only == "" || listed(*only, w.name) {
@@ -117,6 +123,16 @@ func main() {
 		}
 	}
 	runContention := *contention || listed(*only, contentionName)
+	runPreemption := *preemption || listed(*only, preemptionName)
+	if runPreemption {
+		for _, s := range strings.Split(*psizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 {
+				must(fmt.Errorf("-preemption-sizes: bad size %q", s))
+			}
+			po.sizes = append(po.sizes, n)
+		}
+	}
 	var runModes []mode
 	for _, m := range strings.Split(*modes, ",") {
 		switch mode(strings.TrimSpace(m)) {
@@ -158,6 +174,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "contention: %d CPU nodes beside the GPU pool\n", c.otherNodes)
 		must(b.ensureCPUNodes(ctx, c.otherNodes))
 		table, err := b.contention(ctx, c, runModes, *runs)
+		must(err)
+		tables = append(tables, table)
+	}
+
+	if runPreemption {
+		must(b.ensureCPUNodes(ctx, max(b.cpuNodes, 1)))
+		table, err := b.preemption(ctx, po, runModes, *runs)
 		must(err)
 		tables = append(tables, table)
 	}
