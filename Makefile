@@ -23,13 +23,17 @@ generate:
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 
 ## manifests: CRDs from the kubebuilder markers, plus Volcano's PodGroup and HyperNode CRDs
-## generated from volcano.sh/apis (the same module our code uses) for the test control plane.
+## generated from volcano.sh/apis and scheduler-plugins' PodGroup CRD generated from
+## sigs.k8s.io/scheduler-plugins (the same modules our code uses) for the test control plane.
 manifests:
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./pkg/apis/... output:crd:dir=manifests/crds
 	$(GO) run ./hack/crdtrim manifests/crds/workload.serving.volcano.sh_modelservings.yaml manifests/crds/inference.llmaz.io_services.yaml
 	rm -rf manifests/crds/volcano
 	$(CONTROLLER_GEN) crd paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 paths=volcano.sh/apis/pkg/apis/topology/v1alpha1 output:crd:dir=manifests/crds/volcano
 	rm -f manifests/crds/volcano/scheduling.volcano.sh_queues.yaml
+	rm -rf manifests/crds/scheduler-plugins
+	$(CONTROLLER_GEN) crd paths=sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1 output:crd:dir=manifests/crds/scheduler-plugins
+	rm -f manifests/crds/scheduler-plugins/scheduling.x-k8s.io_elasticquotas.yaml
 
 ## verify-generated: fail when a generated file is stale (regenerates, then compares checksums)
 verify-generated:

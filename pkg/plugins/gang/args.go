@@ -8,11 +8,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
 
 // WaitTimeoutAnnotation on a PodGroup overrides Args.PermitWaitingTimeSeconds for that group,
 // as a Go duration ("90s", "5m").
-const WaitTimeoutAnnotation = "gang.berth.sh/wait-timeout"
+const WaitTimeoutAnnotation = podgroups.WaitTimeoutAnnotation
 
 // Args configure the gang plugin (pluginConfig.args in the KubeSchedulerConfiguration).
 type Args struct {

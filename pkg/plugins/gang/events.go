@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/berth-sh/berth/pkg/plugins/placement"
+	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
 
 // podGroupResource is how the scheduler names Volcano's PodGroup in cluster events; it
@@ -46,7 +47,7 @@ func sameGroupPodGroup(_ klog.Logger, pod *corev1.Pod, _, newObj any) (fwk.Queue
 	if !ok {
 		return fwk.Queue, nil
 	}
-	if u.GetNamespace() == pod.Namespace && u.GetName() == placement.GroupName(pod) {
+	if ref, ok := podgroups.Of(pod); ok && ref.API == podgroups.Volcano && u.GetNamespace() == ref.Namespace && u.GetName() == ref.Name {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil

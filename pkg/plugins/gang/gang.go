@@ -17,7 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -26,11 +25,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
-	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
-	volcanoinformers "volcano.sh/apis/pkg/client/informers/externalversions"
-	volcanolisters "volcano.sh/apis/pkg/client/listers/scheduling/v1beta1"
 
 	"github.com/berth-sh/berth/pkg/plugins/placement"
+	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
 
 // Name is the plugin name used in the scheduler profile.
@@ -49,7 +46,7 @@ type Gang struct {
 	handle   fwk.Handle
 	args     *Args
 	model    *placement.Model
-	pgLister volcanolisters.PodGroupLister
+	groups   *podgroups.Source
 	status   *statusWriter
 	// Read by preemption: group priorities, disruption budgets and the pods they cover.
 	pcLister  schedulinglisters.PriorityClassLister
@@ -57,7 +54,7 @@ type Gang struct {
 	podLister corelisters.PodLister
 
 	mu     sync.Mutex
-	groups map[string]*groupState
+	states map[string]*groupState
 	// victimOf maps a pod being preempted to the group it makes room for, which is put
 	// back in the queue as each victim leaves.
 	victimOf map[types.UID]victim
@@ -110,26 +107,24 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 		return nil, err
 	}
 	model.SetReserveAfter(args.reserveAfter())
-	vc, err := volcanoclient.NewForConfig(placement.JSONConfig(handle))
+	groups, err := model.Groups(ctx, placement.JSONConfig(handle))
 	if err != nil {
-		return nil, fmt.Errorf("gang: volcano client: %w", err)
+		return nil, fmt.Errorf("gang: %w", err)
 	}
-	factory := volcanoinformers.NewSharedInformerFactory(vc, 0)
-	pgInformer := factory.Scheduling().V1beta1().PodGroups()
 	podInformer := handle.SharedInformerFactory().Core().V1().Pods().Informer()
 
 	g := &Gang{
 		handle:    handle,
 		args:      args,
 		model:     model,
-		pgLister:  pgInformer.Lister(),
+		groups:    groups,
 		pcLister:  handle.SharedInformerFactory().Scheduling().V1().PriorityClasses().Lister(),
 		pdbLister: handle.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister(),
 		podLister: handle.SharedInformerFactory().Core().V1().Pods().Lister(),
-		groups:    map[string]*groupState{},
+		states:    map[string]*groupState{},
 		victimOf:  map[types.UID]victim{},
 	}
-	g.status = newStatusWriter(vc, g.pgLister, model, handle.EventRecorder())
+	g.status = newStatusWriter(groups, model, handle.EventRecorder())
 	model.OnHeadChange(func(old, new string) {
 		for _, key := range []string{old, new} {
 			if key != "" {
@@ -175,32 +170,12 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 	// A group's pods often reach the scheduler before its PodGroup does and are held in
 	// PreEnqueue; put them back in the queue as soon as the PodGroup (or a change to its
 	// minimum) arrives, without waiting for the scheduler's periodic flush.
-	if _, err := pgInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if pg, ok := obj.(*volcanov1beta1.PodGroup); ok {
-				g.activate(pg.Namespace + "/" + pg.Name)
-			}
-		},
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*volcanov1beta1.PodGroup)
-			n, ok2 := newObj.(*volcanov1beta1.PodGroup)
-			// Volcano's CRD has no status subresource, so the status this plugin writes
-			// bumps the generation too: only a change of spec drops the plan.
-			if ok1 && ok2 && !equality.Semantic.DeepEqual(o.Spec, n.Spec) {
-				g.model.Drop(n.Namespace + "/" + n.Name)
-				g.activate(n.Namespace + "/" + n.Name)
-			}
-		},
-	}); err != nil {
-		return nil, fmt.Errorf("gang: watch PodGroups: %w", err)
-	}
-
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("gang: %v informer did not sync", typ)
+	groups.OnChange(func(key string, specChanged bool) {
+		if specChanged {
+			g.model.Drop(key)
+			g.activate(key)
 		}
-	}
+	})
 	go g.status.run(ctx)
 	return g, nil
 }
@@ -210,17 +185,17 @@ func (g *Gang) Name() string { return Name }
 
 // stateLocked returns the group's state, creating it; g.mu must be held.
 func (g *Gang) stateLocked(key string) *groupState {
-	st := g.groups[key]
+	st := g.states[key]
 	if st == nil {
 		st = &groupState{}
-		g.groups[key] = st
+		g.states[key] = st
 	}
 	return st
 }
 
 // podGroup returns the group and its requirement, rebuilt only when the PodGroup changed.
 func (g *Gang) podGroup(pod *corev1.Pod) (*volcanov1beta1.PodGroup, *placement.Requirement, error) {
-	pg, err := g.pgLister.PodGroups(pod.Namespace).Get(placement.GroupName(pod))
+	pg, err := g.groups.Get(pod)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -266,6 +241,7 @@ func (g *Gang) forgetIfGone(pod *corev1.Pod) {
 		return
 	}
 	g.mu.Lock()
-	delete(g.groups, key)
+	delete(g.states, key)
 	g.mu.Unlock()
+	g.groups.Forget(key)
 }

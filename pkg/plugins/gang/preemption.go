@@ -14,17 +14,17 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/berth-sh/berth/pkg/plugins/placement"
+	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
 
 // Reasons of preemption events and conditions.
 const (
 	reasonPreempting = "Preempting"
-	reasonPreempted  = "Preempted"
+	reasonPreempted  = podgroups.ReasonPreempted
 )
 
 // preemptionGrace is added to the victims' termination grace period to bound how long a
@@ -166,10 +166,7 @@ func (g *Gang) victimCandidates(key string, prio int32) (candidates, protected [
 			if terminating || len(pods) == 0 {
 				continue
 			}
-			var vpg *volcanov1beta1.PodGroup
-			if ns, name, err := cache.SplitMetaNamespaceKey(gk); err == nil {
-				vpg, _ = g.pgLister.PodGroups(ns).Get(name)
-			}
+			vpg, _ := g.groups.GetKey(gk)
 			if vp := g.groupPriority(vpg, pods); vp < prio {
 				all = append(all, placement.Victim{Key: gk, Group: true, Priority: vp, Pods: pods})
 			}
@@ -287,10 +284,8 @@ func (g *Gang) evict(ctx context.Context, preemptor string, prio int32, victims 
 		v := &victims[i]
 		why := fmt.Sprintf("preempted by gang %s (priority %d > %d)", preemptor, prio, v.Priority)
 		if v.Group {
-			if ns, name, err := cache.SplitMetaNamespaceKey(v.Key); err == nil {
-				if vpg, err := g.pgLister.PodGroups(ns).Get(name); err == nil {
-					g.status.preempted(vpg, fmt.Sprintf("all %d pods evicted: %s", len(v.Pods), why))
-				}
+			if vpg, err := g.groups.GetKey(v.Key); err == nil {
+				g.status.preempted(vpg, fmt.Sprintf("all %d pods evicted: %s", len(v.Pods), why))
 			}
 		}
 		for _, p := range v.Pods {

@@ -65,9 +65,9 @@ func (g *Gang) queueTime(e fwk.QueuedEntityInfo) (time.Time, string, *corev1.Pod
 		return e.GetTimestamp(), "", nil, e.GetPriority()
 	}
 	pod := pi.GetPodInfo().GetPod()
-	if name := placement.GroupName(pod); name != "" {
-		if pg, err := g.pgLister.PodGroups(pod.Namespace).Get(name); err == nil {
-			return pg.CreationTimestamp.Time, pod.Namespace + "/" + name, pod, g.groupPriority(pg, []*corev1.Pod{pod})
+	if key := placement.GroupKey(pod); key != "" {
+		if pg, err := g.groups.Get(pod); err == nil {
+			return pg.CreationTimestamp.Time, key, pod, g.groupPriority(pg, []*corev1.Pod{pod})
 		}
 	}
 	return e.GetTimestamp(), "", pod, e.GetPriority()

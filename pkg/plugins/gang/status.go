@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
@@ -21,6 +20,7 @@ import (
 	volcanolisters "volcano.sh/apis/pkg/client/listers/scheduling/v1beta1"
 
 	"github.com/berth-sh/berth/pkg/plugins/placement"
+	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
 
 // Condition reasons the plugin writes on PodGroups and in events.
@@ -41,6 +41,7 @@ const statusSettleDelay = time.Second
 // statusWriter keeps PodGroup status current off the scheduling hot path: decisions are
 // recorded in memory and a worker writes the status derived from them and from the pods.
 type statusWriter struct {
+	groups   *podgroups.Source
 	client   volcanoclient.Interface
 	lister   volcanolisters.PodGroupLister
 	model    *placement.Model
@@ -58,8 +59,10 @@ type decision struct {
 	message   string
 }
 
-func newStatusWriter(client volcanoclient.Interface, lister volcanolisters.PodGroupLister, model *placement.Model, recorder events.EventRecorderLogger) *statusWriter {
+func newStatusWriter(groups *podgroups.Source, model *placement.Model, recorder events.EventRecorderLogger) *statusWriter {
+	client, lister := groups.Volcano()
 	return &statusWriter{
+		groups:    groups,
 		client:    client,
 		lister:    lister,
 		model:     model,
@@ -71,12 +74,7 @@ func newStatusWriter(client volcanoclient.Interface, lister volcanolisters.PodGr
 
 func (w *statusWriter) enqueue(key string) { w.queue.Add(key) }
 
-func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference {
-	return &corev1.ObjectReference{
-		APIVersion: volcanov1beta1.SchemeGroupVersion.String(), Kind: "PodGroup",
-		Namespace: pg.Namespace, Name: pg.Name, UID: pg.UID, ResourceVersion: pg.ResourceVersion,
-	}
-}
+func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference { return podgroups.ObjectRef(pg) }
 
 // record stores a decision and reports whether it differs from the last one, so events
 // are emitted on change rather than on every retry.
@@ -89,7 +87,7 @@ func (w *statusWriter) record(key string, d decision) bool {
 }
 
 func (w *statusWriter) unschedulable(pg *volcanov1beta1.PodGroup, reason, msg string) {
-	key := pg.Namespace + "/" + pg.Name
+	key := podgroups.KeyOf(pg)
 	if w.record(key, decision{reason: reason, message: msg}) && w.recorder != nil {
 		w.recorder.Eventf(podGroupRef(pg), nil, corev1.EventTypeWarning, reason, "Scheduling", "gang cannot be placed: %s", msg)
 	}
@@ -98,7 +96,7 @@ func (w *statusWriter) unschedulable(pg *volcanov1beta1.PodGroup, reason, msg st
 
 // preempting records that lower-priority groups are being evicted for the group.
 func (w *statusWriter) preempting(pg *volcanov1beta1.PodGroup, msg string) {
-	key := pg.Namespace + "/" + pg.Name
+	key := podgroups.KeyOf(pg)
 	if w.record(key, decision{reason: reasonPreempting, message: msg}) && w.recorder != nil {
 		w.recorder.Eventf(podGroupRef(pg), nil, corev1.EventTypeNormal, reasonPreempting, "Preempting", "%s", msg)
 	}
@@ -107,7 +105,7 @@ func (w *statusWriter) preempting(pg *volcanov1beta1.PodGroup, msg string) {
 
 // preempted records that the group was evicted for a higher-priority one.
 func (w *statusWriter) preempted(pg *volcanov1beta1.PodGroup, msg string) {
-	key := pg.Namespace + "/" + pg.Name
+	key := podgroups.KeyOf(pg)
 	if w.record(key, decision{reason: reasonPreempted, message: msg}) && w.recorder != nil {
 		w.recorder.Eventf(podGroupRef(pg), nil, corev1.EventTypeWarning, reasonPreempted, "Preempting", "%s", msg)
 	}
@@ -119,7 +117,7 @@ func (w *statusWriter) preempted(pg *volcanov1beta1.PodGroup, msg string) {
 // and measured on the upstream gang workloads one more API write per group cost about a
 // tenth of the throughput (bench/README.md). Failures, which need explaining, do get events.
 func (w *statusWriter) scheduled(pg *volcanov1beta1.PodGroup) {
-	key := pg.Namespace + "/" + pg.Name
+	key := podgroups.KeyOf(pg)
 	w.record(key, decision{scheduled: true, reason: reasonScheduled})
 	// The released pods bind over the next moments; one write after that, showing them
 	// placed, costs the apiserver less than one per bind.
@@ -150,15 +148,30 @@ func (w *statusWriter) processNext(ctx context.Context) bool {
 	return true
 }
 
-// sync writes the status derived from the group's pods and the latest decision.
+// sync writes the status derived from the group's pods and the latest decision: on a Volcano
+// PodGroup with the reservation annotation, on the other APIs in their own shape.
 func (w *statusWriter) sync(ctx context.Context, key string) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	ref, err := podgroups.ParseKey(key)
 	if err != nil {
 		return nil
 	}
 	w.mu.Lock()
 	d := w.decisions[key]
 	w.mu.Unlock()
+	if ref.API != podgroups.Volcano {
+		pg, err := w.groups.Lookup(ref)
+		if apierrors.IsNotFound(err) {
+			w.mu.Lock()
+			delete(w.decisions, key)
+			w.mu.Unlock()
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return w.groups.WriteStatus(ctx, ref, desiredStatus(pg, w.model.GroupPods(key), d, time.Now()))
+	}
+	ns, name := ref.Namespace, ref.Name
 
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pg, err := w.lister.PodGroups(ns).Get(name)

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"sync"
@@ -10,7 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/client-go/rest"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
 
 // DefaultReserveAfter is how long the oldest blocked group waits before capacity is kept
@@ -44,6 +48,17 @@ type Model struct {
 	// model (pod affinity, ports, volumes), kept out of the group's plans for a while.
 	excluded  map[string]map[string]time.Time
 	lastSweep time.Time
+
+	groupsOnce sync.Once
+	groups     *podgroups.Source
+	groupsErr  error
+}
+
+// Groups is the profile's reader of gangs in every API the cluster serves, started by the
+// first plugin that asks (with that plugin's context and client config).
+func (m *Model) Groups(ctx context.Context, cfg *rest.Config) (*podgroups.Source, error) {
+	m.groupsOnce.Do(func() { m.groups, m.groupsErr = podgroups.Start(ctx, cfg) })
+	return m.groups, m.groupsErr
 }
 
 // exclusionTime is how long a node that refused a planned pod stays out of its group's plans.

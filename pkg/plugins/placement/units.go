@@ -9,6 +9,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
 
 // RoleLabel is the ModelServing role of a pod; when present, messages speak of roles
@@ -26,13 +28,9 @@ func JSONConfig(handle fwk.Handle) *rest.Config {
 	return cfg
 }
 
-// GroupKey returns "<namespace>/<PodGroup>" for a gang pod, or "" for a pod without a group.
-func GroupKey(pod *corev1.Pod) string {
-	if name := GroupName(pod); name != "" {
-		return pod.Namespace + "/" + name
-	}
-	return ""
-}
+// GroupKey returns the key of a gang pod's group, whichever gang API names it (see
+// podgroups.Key: "<namespace>/<PodGroup>" for Volcano's), or "" for a pod without a group.
+func GroupKey(pod *corev1.Pod) string { return podgroups.Key(pod) }
 
 // RoleOf is the pod's role: its ModelServing role label, else its task without the replica
 // index, else "pods".

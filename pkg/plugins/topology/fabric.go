@@ -27,7 +27,8 @@ type Fabric struct {
 	Source string
 	// Tiers are the tier numbers that exist, lowest first.
 	Tiers []int
-	// TierNames maps a tier name (HyperNode tierName, or the label tier's name) to its number.
+	// TierNames maps a tier name (HyperNode tierName, or the label tier's name and its label
+	// key) to its number.
 	TierNames map[string]int
 	// Domains per tier number, sorted by name.
 	Domains map[int][]*Domain
@@ -72,6 +73,10 @@ func FabricFromLabels(tiers []LabelTier, nodes []*corev1.Node) *Fabric {
 		tier := i + 1
 		f.Tiers = append(f.Tiers, tier)
 		f.TierNames[t.Name] = tier
+		if _, taken := f.TierNames[t.Label]; !taken {
+			// kube-scheduler's Workload API names a topology by its node label key.
+			f.TierNames[t.Label] = tier
+		}
 		byValue := map[string]*Domain{}
 		for _, n := range nodes {
 			v, ok := n.Labels[t.Label]

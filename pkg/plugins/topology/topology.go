@@ -34,11 +34,11 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 	volcanoinformers "volcano.sh/apis/pkg/client/informers/externalversions"
-	volcanolisters "volcano.sh/apis/pkg/client/listers/scheduling/v1beta1"
 	topologylisters "volcano.sh/apis/pkg/client/listers/topology/v1alpha1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
+	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
 
 // Name is the plugin name used in the scheduler profile.
@@ -56,7 +56,7 @@ var modelServingGVR = schema.GroupVersionResource{Group: workloadv1alpha1.Scheme
 type Topology struct {
 	handle     fwk.Handle
 	args       *Args
-	pgLister   volcanolisters.PodGroupLister
+	podGroups  *podgroups.Source
 	hnLister   topologylisters.HyperNodeLister
 	msLister   cache.GenericLister
 	nodeLister corelisters.NodeLister
@@ -121,8 +121,11 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 	if err != nil {
 		return nil, fmt.Errorf("topology: dynamic client: %w", err)
 	}
+	groups, err := model.Groups(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("topology: %w", err)
+	}
 	vf := volcanoinformers.NewSharedInformerFactory(vc, 0)
-	pgInformer := vf.Scheduling().V1beta1().PodGroups()
 	hnInformer := vf.Topology().V1alpha1().HyperNodes()
 	df := dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
 	msInformer := df.ForResource(modelServingGVR)
@@ -139,7 +142,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 	t := &Topology{
 		handle:      handle,
 		args:        args,
-		pgLister:    pgInformer.Lister(),
+		podGroups:   groups,
 		hnLister:    hnInformer.Lister(),
 		msLister:    msInformer.Lister(),
 		nodeLister:  nodeInformer.Lister(),
@@ -361,7 +364,7 @@ func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev
 	if key == "" {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	pg, err := t.pgLister.PodGroups(pod.Namespace).Get(placement.GroupName(pod))
+	pg, err := t.podGroups.Get(pod)
 	if err != nil || asksForNothing(pod, pg) {
 		return nil, fwk.NewStatus(fwk.Skip) // the gang plugin explains a missing PodGroup
 	}
@@ -552,12 +555,7 @@ func (t *Topology) ChooseDomain(r *placement.Request) (*placement.Plan, bool, st
 	return p, true, "", nil
 }
 
-func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference {
-	return &corev1.ObjectReference{
-		APIVersion: volcanov1beta1.SchemeGroupVersion.String(), Kind: "PodGroup",
-		Namespace: pg.Namespace, Name: pg.Name, UID: pg.UID, ResourceVersion: pg.ResourceVersion,
-	}
-}
+func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference { return podgroups.ObjectRef(pg) }
 
 // servingPlaced returns every bound or held pod of the pod's ModelServing.
 func (t *Topology) servingPlaced(pod *corev1.Pod) []placement.PlacedPod {
