@@ -229,31 +229,42 @@ func (g gangSpec) podsFor(ns string, m mode) []*corev1.Pod {
 				if k == 0 {
 					labels[labelEntry] = "true"
 				}
-				p := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%s-%d", g.name, task, k), Labels: labels},
-					Spec: corev1.PodSpec{
-						NodeSelector: map[string]string{poolKey: poolValue},
-						Tolerations:  []corev1.Toleration{{Key: poolKey, Operator: corev1.TolerationOpEqual, Value: poolValue, Effect: corev1.TaintEffectNoSchedule}},
-						Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
-							Resources: corev1.ResourceRequirements{
-								Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(podCPU),
-									corev1.ResourceMemory: resource.MustParse(podMemory), sim.GPUResource: gpus},
-								Limits: corev1.ResourceList{sim.GPUResource: gpus},
-							}}},
-					},
-				}
-				switch m {
-				case berth:
-					p.Spec.SchedulerName = scheduler.SchedulerName
-					p.Annotations = map[string]string{groupNameKey: g.name, taskSpecKey: task}
-				case native:
-					p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(g.name)}
+				p := poolPod(ns, fmt.Sprintf("%s-%s-%d", g.name, task, k), labels, gpus, m, g.name)
+				if m == berth {
+					p.Annotations[taskSpecKey] = task
 				}
 				pods = append(pods, p)
 			}
 		}
 	}
 	return pods
+}
+
+// poolPod is a pod of a gang on the GPU pool: it selects the pool and tolerates its taint,
+// asks for gpus, and joins its group the mode's way (berth: Volcano's annotation; native:
+// schedulingGroup).
+func poolPod(ns, name string, labels map[string]string, gpus resource.Quantity, m mode, group string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{poolKey: poolValue},
+			Tolerations:  []corev1.Toleration{{Key: poolKey, Operator: corev1.TolerationOpEqual, Value: poolValue, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(podCPU),
+						corev1.ResourceMemory: resource.MustParse(podMemory), sim.GPUResource: gpus},
+					Limits: corev1.ResourceList{sim.GPUResource: gpus},
+				}}},
+		},
+	}
+	switch m {
+	case berth:
+		p.Spec.SchedulerName = scheduler.SchedulerName
+		p.Annotations = map[string]string{groupNameKey: group}
+	case native:
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(group)}
+	}
+	return p
 }
 
 func poolNodeName(i int) string { return fmt.Sprintf("gpu-%03d", i) }

@@ -24,11 +24,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -283,27 +281,8 @@ func (b *bench) createPreemptionGang(ctx context.Context, ns string, m mode, nam
 	}
 	gpus := *resource.NewQuantity(gpusPerNode, resource.DecimalSI)
 	return fanout.Run(k, 8, func(i int) error {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", name, i), Labels: map[string]string{labelGroup: name}},
-			Spec: corev1.PodSpec{
-				PriorityClassName: class,
-				NodeSelector:      map[string]string{poolKey: poolValue},
-				Tolerations:       []corev1.Toleration{{Key: poolKey, Operator: corev1.TolerationOpEqual, Value: poolValue, Effect: corev1.TaintEffectNoSchedule}},
-				Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
-					Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(podCPU),
-							corev1.ResourceMemory: resource.MustParse(podMemory), sim.GPUResource: gpus},
-						Limits: corev1.ResourceList{sim.GPUResource: gpus},
-					}}},
-			},
-		}
-		switch m {
-		case berth:
-			p.Spec.SchedulerName = scheduler.SchedulerName
-			p.Annotations = map[string]string{groupNameKey: name}
-		case native:
-			p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)}
-		}
+		p := poolPod(ns, fmt.Sprintf("%s-%d", name, i), map[string]string{labelGroup: name}, gpus, m, name)
+		p.Spec.PriorityClassName = class
 		_, err := b.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		return err
 	})

@@ -1,13 +1,16 @@
-// Package gang is the berth-scheduler plugin that places a Volcano PodGroup all or nothing.
+// Package gang is the berth-scheduler plugin that places a gang all or nothing, whichever API
+// it is written in: Volcano's PodGroup, scheduler-plugins' coscheduling PodGroup or
+// kube-scheduler's native PodGroup (package podgroups reads them all into Volcano's shape).
 //
-// A pod names its group with the scheduling.k8s.io/group-name annotation and its task (a
-// role replica) with volcano.sh/task-spec. Before a group holds anything, the profile's
+// A Volcano pod names its group with the scheduling.k8s.io/group-name annotation and its task
+// (a role replica) with volcano.sh/task-spec. Before a group holds anything, the profile's
 // placement model plans its whole minimum (minMember, minTaskMember, subGroupPolicy) on
 // nodes each of its pods may use; a group without a plan holds nothing and says why. A
 // planned group's pods go straight to their planned nodes (the fast path), are held in
 // Permit and released together. Capacity a plan keeps counts as used for every other
 // group, and capacity is kept for the oldest blocked group, so competing gangs neither
-// livelock nor starve, and no group is ever partly bound.
+// livelock nor starve, and no group is ever partly bound. A group without a plan may evict
+// whole lower-priority groups to make room (preemption.go).
 package gang
 
 import (

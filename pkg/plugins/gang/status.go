@@ -148,6 +148,13 @@ func (w *statusWriter) processNext(ctx context.Context) bool {
 	return true
 }
 
+// forget drops the decision about a group whose PodGroup is gone.
+func (w *statusWriter) forget(key string) {
+	w.mu.Lock()
+	delete(w.decisions, key)
+	w.mu.Unlock()
+}
+
 // sync writes the status derived from the group's pods and the latest decision: on a Volcano
 // PodGroup with the reservation annotation, on the other APIs in their own shape.
 func (w *statusWriter) sync(ctx context.Context, key string) error {
@@ -161,9 +168,7 @@ func (w *statusWriter) sync(ctx context.Context, key string) error {
 	if ref.API != podgroups.Volcano {
 		pg, err := w.groups.Lookup(ref)
 		if apierrors.IsNotFound(err) {
-			w.mu.Lock()
-			delete(w.decisions, key)
-			w.mu.Unlock()
+			w.forget(key)
 			return nil
 		}
 		if err != nil {
@@ -176,9 +181,7 @@ func (w *statusWriter) sync(ctx context.Context, key string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pg, err := w.lister.PodGroups(ns).Get(name)
 		if apierrors.IsNotFound(err) {
-			w.mu.Lock()
-			delete(w.decisions, key)
-			w.mu.Unlock()
+			w.forget(key)
 			return nil
 		}
 		if err != nil {

@@ -163,9 +163,16 @@ func (m *Model) OnHeadChange(f func(old, new string)) {
 // count as used, and nodes that refused the group's pods lately are left out.
 func (m *Model) Pool(except string) *Pool {
 	p := NewPool(m.nodes(), m.Accelerators(), func(node string) Resources { return m.KeptOn(node, except) })
+	m.exclude(p, except)
+	return p
+}
+
+// exclude leaves the nodes that refused the group's pods lately out of the pool.
+func (m *Model) exclude(p *Pool, key string) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	now := time.Now()
-	for node, until := range m.excluded[except] {
+	for node, until := range m.excluded[key] {
 		if now.Before(until) {
 			if p.excluded == nil {
 				p.excluded = map[string]bool{}
@@ -173,8 +180,6 @@ func (m *Model) Pool(except string) *Pool {
 			p.excluded[node] = true
 		}
 	}
-	m.mu.Unlock()
-	return p
 }
 
 // Exclude keeps node out of the group's plans for a while: a Filter the model does not

@@ -203,17 +203,7 @@ func boolsOf[V any](m map[string]V) map[string]bool {
 // reservation of the oldest blocked group, which a higher-priority group outranks.
 func (m *Model) preemptionPool(key string, freed map[string]Resources) *Pool {
 	p := NewPool(freedSource{NodeSource: m.nodes(), freed: freed}, m.Accelerators(), func(node string) Resources { return m.keptForPlacing(node, key) })
-	m.mu.Lock()
-	now := time.Now()
-	for node, until := range m.excluded[key] {
-		if now.Before(until) {
-			if p.excluded == nil {
-				p.excluded = map[string]bool{}
-			}
-			p.excluded[node] = true
-		}
-	}
-	m.mu.Unlock()
+	m.exclude(p, key)
 	return p
 }
 

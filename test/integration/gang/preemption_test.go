@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -517,4 +518,34 @@ func (pw *preemptWorld) recreate(group string) {
 			}
 		}
 	}
+}
+
+// A pod without a group is a victim on its own, as in kube-scheduler's preemption, even when
+// another scheduler placed it: a high gang of one 8-GPU pod evicts the lone pod filling n1
+// (priority 0) rather than the mid-priority gang filling n2, marking it first.
+func TestPreemptionEvictsALonePodOnItsOwn(t *testing.T) {
+	pw := newPreemptWorld(t, 0)
+	n1 := pw.node("n1", "")
+	pw.node("n2", "")
+	pw.createBoundPod("lone", n1, 8)
+	pw.gang("mid", map[string]string{poolLabel: "n2"}, "mid", false, 2, 4, nil)
+	pw.waitBound(60*time.Second, "mid")
+
+	pw.gang("high", pw.anywhere(), "high", false, 1, 8, nil)
+	pw.waitBound(60*time.Second, "high")
+	require.Equal(t, []string{"n1"}, pw.nodesOf("high"))
+	_, err := pw.kube.CoreV1().Pods(pw.ns).Get(pw.ctx, "lone", metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "the lone pod was evicted: %v", err)
+	pw.eventually("the lone pod has a Preempted event", 20*time.Second, func() bool {
+		evs, err := pw.kube.EventsV1().Events(pw.ns).List(pw.ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "lone" && e.Reason == "Preempted" && strings.Contains(e.Note, "high") {
+				return true
+			}
+		}
+		return false
+	})
+	require.Empty(t, pw.ev.groups(), "no gang was evicted")
+	pw.check()
 }
