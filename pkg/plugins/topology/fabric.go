@@ -27,9 +27,11 @@ type Fabric struct {
 	Source string
 	// Tiers are the tier numbers that exist, lowest first.
 	Tiers []int
-	// TierNames maps a tier name (HyperNode tierName, or the label tier's name and its label
-	// key) to its number.
+	// TierNames maps a tier name (HyperNode tierName, or the label tier's name) to its number.
 	TierNames map[string]int
+	// TierKeys maps a label tier's node label key to its number: kube-scheduler's Workload
+	// API names a topology by that key.
+	TierKeys map[string]int
 	// Domains per tier number, sorted by name.
 	Domains map[int][]*Domain
 	// nodeDomains maps a node to its domain per tier number.
@@ -73,10 +75,7 @@ func FabricFromLabels(tiers []LabelTier, nodes []*corev1.Node) *Fabric {
 		tier := i + 1
 		f.Tiers = append(f.Tiers, tier)
 		f.TierNames[t.Name] = tier
-		if _, taken := f.TierNames[t.Label]; !taken {
-			// kube-scheduler's Workload API names a topology by its node label key.
-			f.TierNames[t.Label] = tier
-		}
+		f.TierKeys[t.Label] = tier
 		byValue := map[string]*Domain{}
 		for _, n := range nodes {
 			v, ok := n.Labels[t.Label]
@@ -173,7 +172,7 @@ func FabricFromHyperNodes(hns []*topologyv1alpha1.HyperNode, nodes []*corev1.Nod
 }
 
 func newFabric(source string) *Fabric {
-	return &Fabric{Source: source, TierNames: map[string]int{}, Domains: map[int][]*Domain{}, nodeDomains: map[string]map[int]*Domain{}}
+	return &Fabric{Source: source, TierNames: map[string]int{}, TierKeys: map[string]int{}, Domains: map[int][]*Domain{}, nodeDomains: map[string]map[int]*Domain{}}
 }
 
 // index fills nodeDomains; a node claimed twice in one tier keeps its first domain.

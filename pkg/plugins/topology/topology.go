@@ -285,6 +285,9 @@ func resolve(nt *volcanov1beta1.NetworkTopologySpec, f *Fabric, field string) (*
 	case nt.HighestTierName != "":
 		tier, ok := f.TierNames[nt.HighestTierName]
 		if !ok {
+			tier, ok = f.TierKeys[nt.HighestTierName]
+		}
+		if !ok {
 			if !c.hard {
 				return &constraint{}, nil // soft: nothing to honour
 			}

@@ -200,6 +200,12 @@ func TestResolveTiers(t *testing.T) {
 	c, err := resolve(&volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: "spine"}, f, "spec.networkTopology")
 	require.NoError(t, err)
 	assert.Equal(t, &constraint{hard: true, limit: 2}, c)
+	// kube-scheduler's Workload API names the tier by its node label key.
+	keyed := FabricFromLabels([]LabelTier{{Name: "leaf", Label: "net.example/leaf"}, {Name: "spine", Label: "net.example/spine"}}, testNodes())
+	c, err = resolve(&volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: "net.example/spine"}, keyed, "spec.networkTopology")
+	require.NoError(t, err)
+	assert.Equal(t, &constraint{hard: true, limit: 2}, c)
+	assert.Equal(t, "spine", keyed.TierName(2), "messages keep the tier's name")
 	_, err = resolve(&volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: "rack"}, f, "spec.networkTopology")
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), `highestTierName "rack" is not a tier`), err.Error())

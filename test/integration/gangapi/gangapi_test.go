@@ -228,3 +228,23 @@ func TestPreemptionAcrossGangAPIs(t *testing.T) {
 	}
 	gw.requireNoViolations(t, 0)
 }
+
+// kube-scheduler's topology constraint names a node label key; berth-scheduler reads it as the
+// label tier with that key, a hard constraint: each of two native gangs of three 4-GPU pods
+// lands in one leaf of two nodes, although kube-scheduler's spreading score alone would spread
+// its pods over both leaves.
+func TestNativeTopologyKeyKeepsAGangInOneDomain(t *testing.T) {
+	w := newWorld(t)
+	p := w.newPool("t", false, 2, 2)
+	w.startScheduler()
+	w.waitReady(p)
+	gw := w.watch()
+	for i := 0; i < 2; i++ {
+		g := &gang{api: workload, name: fmt.Sprintf("leafy-%d", i), pool: p, pods: 3, min: 3, gpus: 4, leaf: true}
+		gw.register(g)
+		w.create(g)
+		w.eventually(g.name+" is bound", 60*time.Second, func() bool { return w.watchBound(g) == 3 })
+		w.requireOneLeaf(g, gw.nodes(g.name))
+	}
+	gw.requireNoViolations(t, 0)
+}
