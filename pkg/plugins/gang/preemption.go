@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,8 +57,15 @@ func (g *Gang) preempt(ctx context.Context, pod *corev1.Pod, pg *volcanov1beta1.
 		logger.Error(err, "Planning preemption failed")
 		return false, ""
 	}
+	if pre == nil && why == "" {
+		return false, "" // it fits without evicting anything
+	}
 	if pre == nil {
-		preemptions.WithLabelValues("infeasible").Inc()
+		result := "infeasible"
+		if strings.HasPrefix(why, placement.OnlyProtected) {
+			result = "forbidden"
+		}
+		preemptions.WithLabelValues(result).Inc()
 		return false, "preemption cannot help: " + why
 	}
 	if msg := g.budgetsExceeded(pre.Victims); msg != "" {

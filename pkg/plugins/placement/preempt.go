@@ -51,6 +51,10 @@ func (v *Victim) freedOn(freed map[string]Resources) {
 	}
 }
 
+// OnlyProtected begins PlanPreemption's refusal when only victims a disruption budget
+// protects would make room.
+const OnlyProtected = "it would fit only by evicting "
+
 // Preemption is what PlanPreemption chose: the victims, and the plan the preemptor gets
 // once they are gone.
 type Preemption struct {
@@ -62,7 +66,7 @@ type Preemption struct {
 // the lowest-priority and the fewest. candidates are what the group may evict (lower
 // priority, not protected by a disruption budget); protected are the ones it may not,
 // named in the refusal when only they would make room. It returns nil and the reason when
-// no eviction helps.
+// no eviction helps, and nil without a reason when the group needs no eviction.
 //
 // The search works over whole groups in two steps. First it frees nodes the preemptor's
 // pods may use one at a time, each time the node whose remaining victims have the lowest
@@ -82,6 +86,12 @@ func (m *Model) PlanPreemption(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req
 		}
 		r := &Request{Pod: pod, PodGroup: pg, Units: units, Placed: placed, Pool: m.preemptionPool(key, freed)}
 		return m.plan(r, req, false)
+	}
+
+	// Nothing to evict when the group fits already: what stopped it is capacity kept for the
+	// oldest blocked group, which the reservation rules (priority first) settle.
+	if p, _, err := try(nil); err != nil || p != nil {
+		return nil, "", err
 	}
 
 	// The nodes worth freeing: those some pending pod of the group may use.
@@ -135,7 +145,7 @@ func (m *Model) PlanPreemption(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req
 	if plan == nil {
 		if len(protected) > 0 {
 			if q, _, err := try(append(pick(candidates, chosen), protected...)); err == nil && q != nil {
-				return nil, "it would fit only by evicting " + DescribeVictims(protected, 4) + ", which disruption budgets protect: " + protected[0].Protection, nil
+				return nil, OnlyProtected + DescribeVictims(protected, 4) + ", which disruption budgets protect: " + protected[0].Protection, nil
 			}
 		}
 		return nil, msg, nil

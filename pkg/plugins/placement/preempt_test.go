@@ -120,3 +120,19 @@ func TestANominatedPlanWaitsForItsVictims(t *testing.T) {
 	require.NotNil(t, out.Plan)
 	assert.Equal(t, "n0", out.Node(pods[0]))
 }
+
+// A group that fits without evicting anything (only capacity kept for another group stood in
+// its way) evicts nothing.
+func TestPreemptionEvictsNothingWhenTheGroupFits(t *testing.T) {
+	w := newWorld(t, 8, 0)
+	pg := simpleGroup("hi", 1)
+	pods := simplePods("hi", 1, 8)
+	w.add(pods...)
+	req, err := NewRequirement(pg)
+	require.NoError(t, err)
+	cands := []Victim{victim("ns/low", 10, boundOn(gangPod("low", "w", 0, 0, 8), "n1"))}
+	pre, msg, err := w.m.PlanPreemption(pods[0], pg, req, cands, nil)
+	require.NoError(t, err)
+	assert.Nil(t, pre)
+	assert.Empty(t, msg)
+}

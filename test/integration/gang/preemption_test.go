@@ -374,6 +374,8 @@ func TestPreemptionRespectsDisruptionBudgets(t *testing.T) {
 		return strings.Contains(unschedulableMessage(pw.podGroup("high-wide")), "PodDisruptionBudget "+pw.ns+"/guard")
 	})
 	pw.consistently("nothing is evicted for high-wide", 5*time.Second, func() bool { return len(pw.ev.groups()) == 0 })
+	forbidden, found := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "forbidden"})
+	require.True(t, found && forbidden > 0, "berth_gang_preemptions_total{result=forbidden} counts the refusal")
 
 	pw.gang("high-one", pw.anywhere(), "high", false, 1, 8, nil)
 	pw.waitBound(60*time.Second, "high-one")
