@@ -891,19 +891,7 @@ func (w *world) watchGangs(seed int64) *gangWatch {
 	w.t.Helper()
 	gw := &gangWatch{seed: seed, specs: map[string]*gangSpec{}, bound: map[string]map[string]string{},
 		partialSince: map[string]time.Time{}, reached: map[string]time.Time{}, retired: map[string]bool{}, flagged: map[string]bool{}}
-	factory := informers.NewSharedInformerFactoryWithOptions(w.kube, 0, informers.WithNamespace(w.ns))
-	informer := factory.Core().V1().Pods().Informer()
-	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { gw.observe(obj, false) },
-		UpdateFunc: func(_, obj any) { gw.observe(obj, false) },
-		DeleteFunc: func(obj any) { gw.observe(obj, true) },
-	})
-	require.NoError(w.t, err)
-	ctx, cancel := context.WithCancel(w.ctx)
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		require.True(w.t, ok, "%v informer did not sync", typ)
-	}
+	ctx, stop := w.watchPods(gw.observe)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -919,12 +907,30 @@ func (w *world) watchGangs(seed int64) *gangWatch {
 		}
 	}()
 	w.t.Cleanup(func() {
-		cancel()
-		factory.Shutdown()
+		stop()
 		<-done
 		gw.logStats(w.t)
 	})
 	return gw
+}
+
+// watchPods calls observe for every pod of the namespace that is added, changes or is
+// deleted, from a synced informer, until stop.
+func (w *world) watchPods(observe func(obj any, deleted bool)) (ctx context.Context, stop func()) {
+	w.t.Helper()
+	factory := informers.NewSharedInformerFactoryWithOptions(w.kube, 0, informers.WithNamespace(w.ns))
+	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { observe(obj, false) },
+		UpdateFunc: func(_, obj any) { observe(obj, false) },
+		DeleteFunc: func(obj any) { observe(obj, true) },
+	})
+	require.NoError(w.t, err)
+	ctx, cancel := context.WithCancel(w.ctx)
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		require.True(w.t, ok, "%v informer did not sync", typ)
+	}
+	return ctx, func() { cancel(); factory.Shutdown() }
 }
 
 // register makes the watch judge a group; call it before the group's pods exist.

@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -146,20 +145,8 @@ func (w *world) watchEvictions() *evictionWatch {
 	w.t.Helper()
 	ew := &evictionWatch{live: map[string]map[types.UID]string{}, atFirst: map[string]map[types.UID]string{},
 		evicted: map[string]map[types.UID]bool{}, marked: map[types.UID]bool{}, boundOn: map[string]map[string]bool{}}
-	factory := informers.NewSharedInformerFactoryWithOptions(w.kube, 0, informers.WithNamespace(w.ns))
-	informer := factory.Core().V1().Pods().Informer()
-	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { ew.observe(obj, false) },
-		UpdateFunc: func(_, obj any) { ew.observe(obj, false) },
-		DeleteFunc: func(obj any) { ew.observe(obj, true) },
-	})
-	require.NoError(w.t, err)
-	ctx, cancel := context.WithCancel(w.ctx)
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		require.True(w.t, ok, "%v informer did not sync", typ)
-	}
-	w.t.Cleanup(func() { cancel(); factory.Shutdown() })
+	_, stop := w.watchPods(ew.observe)
+	w.t.Cleanup(stop)
 	return ew
 }
 
