@@ -67,7 +67,16 @@ type Result struct {
 type cumulative struct {
 	sum, count float64 // count is 0 for a counter
 	at         time.Time
+	// value is the reading of the interval that ended at at, when there was one.
+	value    float64
+	hasValue bool
 }
+
+// minInterval is the shortest interval a rate or a mean is read over. A read sooner after the
+// previous one (a sync triggered by the last sync's own writes, milliseconds later) would
+// see a counter that has not moved and report no load; the previous interval's reading
+// stands instead, and the baseline stays.
+const minInterval = time.Second
 
 // Reader reads metrics; safe for one caller at a time per Reader.
 type Reader struct {
@@ -195,17 +204,25 @@ func (r *Reader) value(uid types.UID, name string, families map[string]*dto.Metr
 		r.last[uid] = byName
 	}
 	prev, had := byName[name]
+	restarted := sum < prev.sum || count < prev.count
+	if had && !restarted && now.Sub(prev.at) < minInterval {
+		return prev.value, prev.hasValue, true
+	}
 	byName[name] = cumulative{sum: sum, count: count, at: now}
-	if !had || sum < prev.sum || count < prev.count || !now.After(prev.at) {
+	if !had || restarted {
 		return 0, false, true // first read, or the engine restarted
 	}
-	if f.GetType() == dto.MetricType_COUNTER {
-		return (sum - prev.sum) / now.Sub(prev.at).Seconds(), true, true
+	var v float64
+	switch {
+	case f.GetType() == dto.MetricType_COUNTER:
+		v = (sum - prev.sum) / now.Sub(prev.at).Seconds()
+	case count == prev.count:
+		v = 0 // nothing observed since the last read
+	default:
+		v = (sum - prev.sum) / (count - prev.count)
 	}
-	if count == prev.count {
-		return 0, true, true // nothing observed since the last read
-	}
-	return (sum - prev.sum) / (count - prev.count), true, true
+	byName[name] = cumulative{sum: sum, count: count, at: now, value: v, hasValue: true}
+	return v, true, true
 }
 
 func (r *Reader) scrape(ctx context.Context, p Pod, ep Endpoint) (map[string]*dto.MetricFamily, error) {

@@ -114,3 +114,29 @@ func TestReadForgetsPodsThatLeft(t *testing.T) {
 	res := r.Read(context.Background(), []Pod{pod}, ep, []string{"vllm:request_success"}, t0.Add(2*time.Second))
 	assert.Equal(t, 0, res.Samples["vllm:request_success"].Reported)
 }
+
+// A read right after another (a sync triggered by the previous sync's own writes) does not
+// read a counter that had no time to move as "no load": the last interval's rate stands.
+func TestAReadTooSoonKeepsTheLastRate(t *testing.T) {
+	a := newPod(t)
+	ep := Endpoint{Port: int32(a.addr.Port), Path: "/metrics"}
+	r := NewReader(time.Second)
+	pod := Pod{UID: "a", Name: "a", IP: "127.0.0.1", Ready: true}
+	names := []string{"vllm:request_success"}
+	t0 := time.Now()
+	a.body.Store(exposition(1, 10, 0, 0))
+	res := r.Read(context.Background(), []Pod{pod}, ep, names, t0)
+	assert.Equal(t, 0, res.Samples[names[0]].Reported, "a first read has no rate")
+	res = r.Read(context.Background(), []Pod{pod}, ep, names, t0.Add(10*time.Millisecond))
+	assert.Equal(t, 0, res.Samples[names[0]].Reported, "nor a second one right after it")
+	a.body.Store(exposition(1, 30, 0, 0))
+	res = r.Read(context.Background(), []Pod{pod}, ep, names, t0.Add(2*time.Second))
+	require.Equal(t, 1, res.Samples[names[0]].Reported)
+	assert.InDelta(t, 10, res.Samples[names[0]].Sum, 0.01, "20 requests over 2s")
+	res = r.Read(context.Background(), []Pod{pod}, ep, names, t0.Add(2*time.Second+5*time.Millisecond))
+	require.Equal(t, 1, res.Samples[names[0]].Reported)
+	assert.InDelta(t, 10, res.Samples[names[0]].Sum, 0.01, "5 ms later the rate of the last interval stands")
+	a.body.Store(exposition(1, 40, 0, 0))
+	res = r.Read(context.Background(), []Pod{pod}, ep, names, t0.Add(4*time.Second))
+	assert.InDelta(t, 5, res.Samples[names[0]].Sum, 0.01, "the baseline stayed at 2s: 10 requests over 2s")
+}
