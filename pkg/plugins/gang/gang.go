@@ -46,11 +46,11 @@ const (
 // backoff; plans and held pods live in the profile's placement model, and everything else
 // is read from informers.
 type Gang struct {
-	handle   fwk.Handle
-	args     *Args
-	model    *placement.Model
-	groups   *podgroups.Source
-	status   *statusWriter
+	handle fwk.Handle
+	args   *Args
+	model  *placement.Model
+	groups *podgroups.Source
+	status *statusWriter
 	// Read by preemption: group priorities, disruption budgets and the pods they cover.
 	pcLister  schedulinglisters.PriorityClassLister
 	pdbLister policylisters.PodDisruptionBudgetLister

@@ -48,7 +48,8 @@ func (g *Gang) preempt(ctx context.Context, pod *corev1.Pod, pg *volcanov1beta1.
 		return false, fmt.Sprintf("waiting for %d pods preempted for it to leave", n)
 	}
 	prio := g.groupPriority(pg, g.groupPods(key))
-	candidates, protected := g.victimCandidates(key, prio)
+	budgets := g.budgets()
+	candidates, protected := g.victimCandidates(key, prio, budgets)
 	if len(candidates) == 0 && len(protected) == 0 {
 		return false, ""
 	}
@@ -68,7 +69,7 @@ func (g *Gang) preempt(ctx context.Context, pod *corev1.Pod, pg *volcanov1beta1.
 		preemptions.WithLabelValues(result).Inc()
 		return false, "preemption cannot help: " + why
 	}
-	if msg := g.budgetsExceeded(pre.Victims); msg != "" {
+	if msg := budgets.exceeded(pre.Victims); msg != "" {
 		preemptions.WithLabelValues("forbidden").Inc()
 		return false, "preemption cannot help: " + msg
 	}
@@ -142,7 +143,7 @@ func podPriority(p *corev1.Pod) int32 {
 // bound in this cycle's snapshot whose priority is strictly lower, whole, and every lone
 // pod of strictly lower priority. A group with a pod already terminating is on its way out
 // and is not counted twice. Candidates a disruption budget protects are returned apart.
-func (g *Gang) victimCandidates(key string, prio int32) (candidates, protected []placement.Victim) {
+func (g *Gang) victimCandidates(key string, prio int32, budgets *budgets) (candidates, protected []placement.Victim) {
 	infos, err := g.handle.SnapshotSharedLister().NodeInfos().List()
 	if err != nil {
 		return nil, nil
@@ -181,7 +182,7 @@ func (g *Gang) victimCandidates(key string, prio int32) (candidates, protected [
 		}
 	}
 	for _, v := range all {
-		if why := g.budgetsExceeded([]placement.Victim{v}); why != "" {
+		if why := budgets.exceeded([]placement.Victim{v}); why != "" {
 			v.Protection = why
 			protected = append(protected, v)
 		} else {
@@ -191,14 +192,47 @@ func (g *Gang) victimCandidates(key string, prio int32) (candidates, protected [
 	return candidates, protected
 }
 
-// budgetsExceeded says which PodDisruptionBudget evicting the victims together would
-// break, or "". A budget allows what its status says when the disruption controller has
-// seen its current spec, else what its spec allows over the matching pods that are ready
-// now (the disruption controller's own count).
-func (g *Gang) budgetsExceeded(victims []placement.Victim) string {
-	if g.pdbLister == nil {
-		return ""
+// budgets answers, for one preemption, which PodDisruptionBudget evicting a set of victims
+// would break. Each namespace's budgets, their selectors and what they allow are read once,
+// however many sets of victims the preemption checks.
+type budgets struct {
+	g    *Gang
+	byNS map[string][]budget
+}
+
+type budget struct {
+	pdb     *policyv1.PodDisruptionBudget
+	sel     labels.Selector
+	allowed int32
+}
+
+func (g *Gang) budgets() *budgets { return &budgets{g: g, byNS: map[string][]budget{}} }
+
+// of returns the namespace's budgets, by name.
+func (b *budgets) of(ns string) []budget {
+	if l, ok := b.byNS[ns]; ok {
+		return l
 	}
+	var l []budget
+	if b.g.pdbLister != nil {
+		pdbs, _ := b.g.pdbLister.PodDisruptionBudgets(ns).List(labels.Everything())
+		sort.Slice(pdbs, func(i, j int) bool { return pdbs[i].Name < pdbs[j].Name })
+		for _, pdb := range pdbs {
+			// policy/v1: a nil selector matches no pod, an empty one every pod.
+			if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil {
+				l = append(l, budget{pdb: pdb, sel: sel, allowed: b.g.disruptionsAllowed(pdb, sel)})
+			}
+		}
+	}
+	b.byNS[ns] = l
+	return l
+}
+
+// exceeded says which budget evicting the victims together would break, or "". A budget
+// allows what its status says when the disruption controller has seen its current spec,
+// else what its spec allows over the matching pods that are ready now (the disruption
+// controller's own count).
+func (b *budgets) exceeded(victims []placement.Victim) string {
 	byNS := map[string][]*corev1.Pod{}
 	for i := range victims {
 		for _, p := range victims[i].Pods {
@@ -207,42 +241,21 @@ func (g *Gang) budgetsExceeded(victims []placement.Victim) string {
 			}
 		}
 	}
-	for _, ns := range placement.SortedKeys(boolSet(byNS)) {
-		pdbs, err := g.pdbLister.PodDisruptionBudgets(ns).List(labels.Everything())
-		if err != nil {
-			continue
-		}
-		sort.Slice(pdbs, func(i, j int) bool { return pdbs[i].Name < pdbs[j].Name })
-		for _, pdb := range pdbs {
-			// policy/v1: a nil selector matches no pod, an empty one every pod.
-			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-			if err != nil {
-				continue
-			}
+	for _, ns := range placement.SortedKeys(byNS) {
+		for _, bu := range b.of(ns) {
 			evicting := 0
 			for _, p := range byNS[ns] {
-				if sel.Matches(labels.Set(p.Labels)) {
+				if bu.sel.Matches(labels.Set(p.Labels)) {
 					evicting++
 				}
 			}
-			if evicting == 0 {
-				continue
-			}
-			if allowed := g.disruptionsAllowed(pdb, sel); int32(evicting) > allowed {
+			if evicting > 0 && int32(evicting) > bu.allowed {
 				return fmt.Sprintf("PodDisruptionBudget %s/%s allows %d disruptions, evicting %s would disrupt %d",
-					ns, pdb.Name, max(allowed, 0), placement.DescribeVictims(victims, 4), evicting)
+					ns, bu.pdb.Name, max(bu.allowed, 0), placement.DescribeVictims(victims, 4), evicting)
 			}
 		}
 	}
 	return ""
-}
-
-func boolSet[V any](m map[string]V) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k := range m {
-		out[k] = true
-	}
-	return out
 }
 
 // disruptionsAllowed is how many of the budget's pods may be disrupted now.
@@ -297,7 +310,7 @@ func (g *Gang) evict(ctx context.Context, preemptor string, prio int32, victims 
 			}
 		}
 		for _, p := range v.Pods {
-			if err := markDisruptionTarget(ctx, g, p, why); err != nil && !apierrors.IsNotFound(err) {
+			if err := g.markDisruptionTarget(ctx, p, why); err != nil && !apierrors.IsNotFound(err) {
 				logger.V(2).Info("Marking a victim failed; deleting it anyway", "pod", klog.KObj(p), "err", err)
 			}
 			uid := p.UID
@@ -315,7 +328,7 @@ func (g *Gang) evict(ctx context.Context, preemptor string, prio int32, victims 
 
 // markDisruptionTarget sets the pod's DisruptionTarget condition, so its owner and users
 // see why it went.
-func markDisruptionTarget(ctx context.Context, g *Gang, p *corev1.Pod, msg string) error {
+func (g *Gang) markDisruptionTarget(ctx context.Context, p *corev1.Pod, msg string) error {
 	patch, err := json.Marshal(map[string]any{
 		"status": map[string]any{
 			"conditions": []corev1.PodCondition{{

@@ -23,6 +23,8 @@ type Victim struct {
 	Pods []*corev1.Pod
 	// Protection says why the victim may not be evicted (a disruption budget), or "".
 	Protection string
+
+	freed map[string]Resources // what evicting it gives back, per node (see withFreed)
 }
 
 // Bound counts the victim's pods that hold capacity on a node.
@@ -36,19 +38,26 @@ func (v *Victim) Bound() int {
 	return n
 }
 
-// freedOn adds what evicting the victim gives back to freed, per node.
-func (v *Victim) freedOn(freed map[string]Resources) {
-	for _, p := range v.Pods {
-		if p.Spec.NodeName == "" {
-			continue
+// withFreed returns copies of the victims that know what evicting each gives back, per
+// node, so a search that tries many sets of victims sums their requests only once.
+func withFreed(vs []Victim) []Victim {
+	out := make([]Victim, len(vs))
+	for i, v := range vs {
+		v.freed = map[string]Resources{}
+		for _, p := range v.Pods {
+			if p.Spec.NodeName == "" {
+				continue
+			}
+			r := v.freed[p.Spec.NodeName]
+			if r == nil {
+				r = Resources{}
+				v.freed[p.Spec.NodeName] = r
+			}
+			addTo(r, PodRequests(p), 1)
 		}
-		r := freed[p.Spec.NodeName]
-		if r == nil {
-			r = Resources{}
-			freed[p.Spec.NodeName] = r
-		}
-		addTo(r, PodRequests(p), 1)
+		out[i] = v
 	}
+	return out
 }
 
 // OnlyProtected begins PlanPreemption's refusal when only victims a disruption budget
@@ -79,10 +88,16 @@ func (m *Model) PlanPreemption(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req
 	all := m.GroupPods(key)
 	placed, _ := m.Split(key, all)
 	units := pendingUnits(req, all, placed, true)
+	candidates, protected = withFreed(candidates), withFreed(protected)
 	try := func(victims []Victim) (*Plan, string, error) {
 		freed := map[string]Resources{}
 		for i := range victims {
-			victims[i].freedOn(freed)
+			for node, r := range victims[i].freed {
+				if freed[node] == nil {
+					freed[node] = Resources{}
+				}
+				addTo(freed[node], r, 1)
+			}
 		}
 		r := &Request{Pod: pod, PodGroup: pg, Units: units, Placed: placed, Pool: m.preemptionPool(key, freed)}
 		return m.plan(r, req, false)
@@ -109,9 +124,13 @@ func (m *Model) PlanPreemption(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req
 	chosen := make([]bool, len(candidates))
 	var plan *Plan
 	msg := "no lower-priority group or pod runs where it could go"
+	nodes := SortedKeys(onNode)
 	for len(onNode) > 0 && plan == nil {
 		best, bestPrio, bestCount, bestSize := "", int32(0), 0, 0
-		for _, n := range SortedKeys(boolsOf(onNode)) {
+		for _, n := range nodes {
+			if _, left := onNode[n]; !left {
+				continue
+			}
 			prio, count, size := int32(0), 0, 0
 			for _, i := range onNode[n] {
 				if chosen[i] {
@@ -196,14 +215,6 @@ func pick(vs []Victim, on []bool) []Victim {
 		if ok {
 			out = append(out, vs[i])
 		}
-	}
-	return out
-}
-
-func boolsOf[V any](m map[string]V) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k := range m {
-		out[k] = true
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package podgroups
 
 import (
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,11 +71,6 @@ func APIOf(pg *volcanov1beta1.PodGroup) API {
 // KeyOf is the scheduler's key of a group read from a Source.
 func KeyOf(pg *volcanov1beta1.PodGroup) string {
 	return Ref{API: APIOf(pg), Namespace: pg.Namespace, Name: pg.Name}.Key()
-}
-
-// Describe names the group for messages: "PodGroup ns/name (scheduling.x-k8s.io/v1alpha1)".
-func Describe(pg *volcanov1beta1.PodGroup) string {
-	return fmt.Sprintf("PodGroup %s/%s (%s)", pg.Namespace, pg.Name, APIOf(pg))
 }
 
 // ObjectRef refers to the object the group was read from, for events.

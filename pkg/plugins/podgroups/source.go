@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1beta1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	corev1 "k8s.io/api/core/v1"
 	coschedulingv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	coschedulingclient "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
 	coschedulinginformers "sigs.k8s.io/scheduler-plugins/pkg/generated/informers/externalversions"
@@ -175,17 +174,6 @@ func (s *Source) OnChange(f func(key string, specChanged bool)) {
 	s.mu.Unlock()
 }
 
-// Serves reports whether the source reads the API.
-func (s *Source) Serves(api API) bool {
-	switch api {
-	case Coscheduling:
-		return s.cosched != nil
-	case Workload:
-		return s.native != nil
-	}
-	return true
-}
-
 // Get returns the pod's group in Volcano's shape, or an error saying why there is none.
 func (s *Source) Get(pod *corev1.Pod) (*volcanov1beta1.PodGroup, error) {
 	ref, ok := Of(pod)
@@ -248,9 +236,6 @@ func (s *Source) Forget(key string) {
 	delete(s.converted, key)
 	s.mu.Unlock()
 }
-
-// IsNotFound reports whether err says the group does not exist (yet).
-func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
 // Volcano returns the Volcano client and lister, for the status Berth writes on its own
 // contract's PodGroups.
