@@ -3,9 +3,12 @@
 // in-process kube-apiserver with the apiextensions and aggregator servers,
 // with our CRDs installed and ready to use.
 //
-// There are no controllers (no controller-manager, no scheduler, no
-// kubelet): objects are stored and validated exactly as in a cluster, but
-// nothing reconciles them unless the caller runs it.
+// Beside the apiserver run the kube-controller-manager loops every cluster
+// has and Berth's users rely on: the garbage collector (owner references),
+// the namespace controller (deleting a namespace empties it), and the
+// Deployment and ReplicaSet controllers (a plain Deployment gets its pods).
+// There is no scheduler and no kubelet: the caller runs those (berth-scheduler,
+// the simulated kubelet) when it needs them.
 //
 // Linux only (flock, Pdeathsig).
 package controlplane
@@ -42,25 +45,33 @@ type Options struct {
 	// APIServerFlags are kube-apiserver command line flags. nil means
 	// DefaultAPIServerFlags(); to add flags, append to that.
 	APIServerFlags []string
+
+	// NoControllers runs the apiserver alone, without the garbage collector,
+	// namespace, Deployment and ReplicaSet controllers: for scheduler
+	// benchmarks that, like kube-scheduler's scheduler_perf, measure the
+	// scheduler against nothing else.
+	NoControllers bool
 }
 
 // StartupTimings says where Start spent its time.
 type StartupTimings struct {
-	EtcdBinary time.Duration // locating (or on a cold cache building) etcd
-	Etcd       time.Duration // etcd process start until healthy
-	APIServer  time.Duration // kube-apiserver start until healthy
-	CRDs       time.Duration // CRD creation until discoverable
-	Total      time.Duration
+	EtcdBinary  time.Duration // locating (or on a cold cache building) etcd
+	Etcd        time.Duration // etcd process start until healthy
+	APIServer   time.Duration // kube-apiserver start until healthy
+	CRDs        time.Duration // CRD creation until discoverable
+	Controllers time.Duration // kube-controller-manager loops constructed and started
+	Total       time.Duration
 }
 
 // ControlPlane is a running etcd + kube-apiserver. Stop it when done.
 type ControlPlane struct {
-	logger    klog.Logger
-	dir       string // temp dir holding etcd data, logs and apiserver files
-	etcd      *etcdProcess
-	apiServer *apiServer
-	config    *rest.Config
-	timings   StartupTimings
+	logger      klog.Logger
+	dir         string // temp dir holding etcd data, logs and apiserver files
+	etcd        *etcdProcess
+	apiServer   *apiServer
+	controllers *controllers
+	config      *rest.Config
+	timings     StartupTimings
 
 	stopOnce sync.Once
 }
@@ -146,6 +157,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 		return nil, err
 	}
 	cp.timings.CRDs = time.Since(t)
+
+	if !opts.NoControllers {
+		t = time.Now()
+		if cp.controllers, err = startControllers(ctx, logger, cp.RESTConfig()); err != nil {
+			return nil, fmt.Errorf("starting kube-controller-manager loops: %w", err)
+		}
+		cp.timings.Controllers = time.Since(t)
+	}
 	cp.timings.Total = time.Since(start)
 
 	logger.Info("Control plane ready", "host", cp.config.Host, "etcd", cp.etcd.clientURL,
@@ -223,7 +242,12 @@ func (cp *ControlPlane) WriteKubeconfig(path string) error {
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
 		start := time.Now()
-		// Apiserver first: it holds etcd connections and would log errors
+		// Controllers first: they watch the apiserver, which would otherwise wait for
+		// their watches to end before it shuts down.
+		if cp.controllers != nil {
+			cp.controllers.stop(cp.logger)
+		}
+		// Apiserver before etcd: it holds etcd connections and would log errors
 		// (and retry) if etcd vanished under it.
 		if cp.apiServer != nil {
 			cp.apiServer.stop()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,10 +25,6 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
-	llmazinferencev1alpha1 "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
-	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
-	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
-	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/scheduler"
@@ -140,31 +137,37 @@ func GPUNode(name, ns, product string) *corev1.Node {
 	return sim.NewNode(name, sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8, GPUProduct: product}, map[string]string{OwnerLabel: ns})
 }
 
-// Cleanup deletes everything a test created in namespace ns: Berth's objects of every kind,
-// the pods (at once: the test control plane runs no kubelet that would finish them) and the
-// nodes the namespace owns. The namespace itself stays (no namespace controller runs).
-func (s *System) Cleanup(ns string) {
-	ctx := context.Background()
-	// ModelBoosters first, and gone, so the controller does not recreate what they generate
-	// (the test apiserver runs no garbage collector).
-	_ = s.Client.DeleteAllOf(ctx, &workloadv1alpha1.ModelBooster{}, client.InNamespace(ns))
-	_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		var l workloadv1alpha1.ModelBoosterList
-		return s.Client.List(ctx, &l, client.InNamespace(ns)) == nil && len(l.Items) == 0, nil
-	})
-	// llmaz's Playgrounds and Services (which make ModelServings), and llm-d's variants.
-	for _, obj := range []client.Object{&llmazinferencev1alpha1.Playground{}, &llmazinferencev1alpha1.Service{}, &llmdv1alpha1.VariantAutoscaling{}} {
-		_ = s.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns))
-	}
-	for _, obj := range []client.Object{
-		&workloadv1alpha1.AutoscalingPolicyBinding{}, &workloadv1alpha1.AutoscalingPolicy{},
-		&workloadv1alpha1.ModelServing{}, &networkingv1alpha1.ModelRoute{}, &networkingv1alpha1.ModelServer{},
-	} {
-		_ = s.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns))
-	}
+// Cleanup deletes namespace ns (see RemoveNamespace) and the nodes the namespace owns.
+func (s *System) Cleanup(ns string) error {
 	zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
-	_ = s.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, zero, metav1.ListOptions{})
-	_ = s.Kube.CoreV1().Nodes().DeleteCollection(ctx, zero, metav1.ListOptions{LabelSelector: OwnerLabel + "=" + ns})
+	if err := s.Kube.CoreV1().Nodes().DeleteCollection(context.Background(), zero, metav1.ListOptions{LabelSelector: OwnerLabel + "=" + ns}); err != nil {
+		return err
+	}
+	return RemoveNamespace(s.Kube, ns)
+}
+
+// RemoveNamespace deletes namespace ns, which the control plane's namespace controller
+// empties (a kubelet, such as the simulated one, finishes its bound pods) and removes, and
+// waits until it is gone. An error means something in it would not go (a finalizer nobody
+// removes, a pod nobody finishes): a test should report it.
+func RemoveNamespace(kube kubernetes.Interface, ns string) error {
+	ctx := context.Background()
+	if err := kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	var last *corev1.Namespace
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		last = n
+		return false, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("namespace %s was not removed within a minute: %+v", ns, last.Status.Conditions)
+	}
+	return err
 }
 
 // Decode reads one YAML document of any kind berth-controller knows (Berth's, llm-d's,

@@ -103,8 +103,9 @@ func (w *world) dumpOnFailure() {
 	}
 }
 
-// cleanup removes the test's pods and nodes so the next test starts on an empty cluster
-// (there is no namespace controller in the test control plane).
+// cleanup removes the test's pods (at once: no kubelet runs here to finish a graceful
+// deletion, so deleting the namespace would leave it Terminating) and nodes, so the next
+// test starts on an empty cluster.
 func (w *world) cleanup() {
 	ctx := context.Background()
 	zero := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/scheduler"
@@ -95,9 +96,8 @@ func newWorld(t *testing.T, gpuNodes int) *world {
 			w.dump()
 		}
 		zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
-		_ = cl.DeleteAllOf(context.Background(), &workloadv1alpha1.ModelServing{}, client.InNamespace(w.ns))
-		_ = kube.CoreV1().Pods(w.ns).DeleteCollection(context.Background(), zero, metav1.ListOptions{})
 		_ = kube.CoreV1().Nodes().DeleteCollection(context.Background(), zero, metav1.ListOptions{LabelSelector: "berth.test/owner=" + w.ns})
+		require.NoError(t, systemtest.RemoveNamespace(kube, w.ns), "the test's namespace is removed with everything in it")
 	})
 	return w
 }

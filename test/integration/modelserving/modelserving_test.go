@@ -145,7 +145,8 @@ func TestVolcanoPodGroups(t *testing.T) {
 }
 
 // Delete a ModelServing and recreate it at once under the same name: it comes up without a
-// stall, even though its old pods are still there (no garbage collector runs here).
+// stall, even though its old pods are still there (the garbage collector has not removed
+// them yet).
 func TestDeleteAndRecreate(t *testing.T) {
 	w := newWorld(t, 2)
 	w.apply(pd("again", "berth-scheduler", 1))

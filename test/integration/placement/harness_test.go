@@ -30,7 +30,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
-	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/internal/systemtest"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 	"github.com/berth-sh/berth/pkg/scheduler"
@@ -227,18 +227,10 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
-// clear deletes everything the test created and waits until the nodes are empty again
-// (there is no namespace controller in the test control plane).
+// clear deletes the test's namespace; the namespace controller empties it (the simulated
+// kubelet finishes the bound pods), so the nodes are empty again when it returns.
 func (w *world) clear() {
-	ctx := w.ctx
-	zero := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
-	_ = cl.DeleteAllOf(ctx, &workloadv1alpha1.ModelServing{}, client.InNamespace(w.ns))
-	_ = vc.SchedulingV1beta1().PodGroups(w.ns).DeleteCollection(ctx, zero, metav1.ListOptions{})
-	_ = kube.CoreV1().Pods(w.ns).DeleteCollection(ctx, zero, metav1.ListOptions{})
-	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		pods, err := kube.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(pods.Items) == 0, nil
-	})
+	require.NoError(w.t, systemtest.RemoveNamespace(kube, w.ns), "the test's namespace is removed with everything in it")
 }
 
 func (w *world) dump() {

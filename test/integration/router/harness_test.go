@@ -100,7 +100,7 @@ func newWorld(t *testing.T, gpuNodes int) *world {
 		if t.Failed() {
 			w.dump()
 		}
-		system.Cleanup(w.ns)
+		require.NoError(t, system.Cleanup(w.ns), "the test's namespace is removed with everything in it")
 	})
 	return w
 }

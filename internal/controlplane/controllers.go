@@ -1,0 +1,118 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/controller/deployment"
+	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+	"k8s.io/kubernetes/pkg/controller/namespace"
+	"k8s.io/kubernetes/pkg/controller/replicaset"
+)
+
+// The kube-controller-manager loops a cluster runs that Berth's users (and tests) rely on:
+// owner references are honoured (garbage collector), a deleted namespace is emptied and goes
+// away (namespace controller), and a plain Deployment gets its ReplicaSet and pods. They are
+// kube-controller-manager's own controllers from k8s.io/kubernetes, wired the way its
+// controller descriptors wire them, not a copy; only their periods are shorter, so a test
+// sees a CRD installed mid-run collected within seconds.
+const (
+	// discoveryResyncPeriod is how often the garbage collector looks for new resources
+	// (kube-controller-manager: 30 s).
+	discoveryResyncPeriod = 5 * time.Second
+	// controllerWorkers is every controller's worker count (kube-controller-manager: 5-20).
+	controllerWorkers = 5
+	// controllersStopTimeout bounds waiting for the controllers to return on Stop.
+	controllersStopTimeout = 10 * time.Second
+)
+
+// controllers are the running kube-controller-manager loops.
+type controllers struct {
+	cancel  context.CancelFunc
+	running sync.WaitGroup
+}
+
+// startControllers starts the garbage collector, the namespace, Deployment and ReplicaSet
+// controllers against cfg. They run until stop.
+func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config) (*controllers, error) {
+	cfg = rest.CopyConfig(cfg)
+	// Deleting a namespace's contents and collecting garbage are bursts of calls; the client's
+	// default 5 qps would make a test's cleanup take seconds (kube-controller-manager raises
+	// the namespace controller's limits the same way).
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cfg.UserAgent = "kube-controller-manager (berth controlplane)"
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// The caller's ctx bounds startup only; the controllers live until stop.
+	ctx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger.WithName("kube-controller-manager")))
+	c := &controllers{cancel: cancel}
+
+	typed := informers.NewSharedInformerFactory(kube, 0)
+	untyped := metadatainformer.NewSharedInformerFactory(meta, 0)
+	informersStarted := make(chan struct{})
+
+	// The garbage collector's mapper must not share the discovery client Sync uses (see
+	// GarbageCollector.Sync).
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	gc, err := garbagecollector.NewGarbageCollector(ctx, kube, meta, mapper,
+		garbagecollector.DefaultIgnoredResources(), informerfactory.NewInformerFactory(typed, untyped), informersStarted)
+	if err != nil {
+		c.cancel()
+		return nil, fmt.Errorf("garbage collector: %w", err)
+	}
+	namespaces := namespace.NewNamespaceController(ctx, kube, meta, kube.Discovery().ServerPreferredNamespacedResources,
+		typed.Core().V1().Namespaces(), 5*time.Minute, corev1.FinalizerKubernetes)
+	deployments, err := deployment.NewDeploymentController(ctx, typed.Apps().V1().Deployments(),
+		typed.Apps().V1().ReplicaSets(), typed.Core().V1().Pods(), kube)
+	if err != nil {
+		c.cancel()
+		return nil, fmt.Errorf("deployment controller: %w", err)
+	}
+	replicaSets := replicaset.NewReplicaSetController(ctx, typed.Apps().V1().ReplicaSets(),
+		typed.Core().V1().Pods(), kube, replicaset.BurstReplicas)
+
+	// Informers start after every controller asked for its own, as in kube-controller-manager.
+	typed.Start(ctx.Done())
+	untyped.Start(ctx.Done())
+	close(informersStarted)
+
+	run := func(f func()) { c.running.Go(f) }
+	run(func() { gc.Run(ctx, controllerWorkers, discoveryResyncPeriod) })
+	run(func() { gc.Sync(ctx, kube.Discovery(), discoveryResyncPeriod) })
+	run(func() { namespaces.Run(ctx, controllerWorkers) })
+	run(func() { deployments.Run(ctx, controllerWorkers) })
+	run(func() { replicaSets.Run(ctx, controllerWorkers) })
+	run(func() { <-ctx.Done(); typed.Shutdown(); untyped.Shutdown() })
+	return c, nil
+}
+
+// stop stops the controllers and waits (boundedly) until they have returned, so none of
+// them holds a watch on the apiserver that stops next.
+func (c *controllers) stop(logger klog.Logger) {
+	c.cancel()
+	done := make(chan struct{})
+	go func() { c.running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(controllersStopTimeout):
+		logger.Info("Controllers did not stop in time; stopping the apiserver anyway", "timeout", controllersStopTimeout)
+	}
+}

@@ -1,0 +1,139 @@
+package controlplane_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// The control plane runs kube-controller-manager's garbage collector, namespace, Deployment
+// and ReplicaSet controllers. These tests show each doing what a user of a cluster expects.
+
+// gone waits until get reports NotFound, failing the test after a minute.
+func gone(t *testing.T, what string, get func(ctx context.Context) error) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := get(ctx)
+		return apierrors.IsNotFound(err), nil
+	})
+	require.NoError(t, err, "%s is still there", what)
+}
+
+func newNamespace(t *testing.T, kube kubernetes.Interface, prefix string) string {
+	t.Helper()
+	ns, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return ns.Name
+}
+
+// A dependent of a built-in kind and one of a custom resource go when their owner goes,
+// including a custom resource whose CRD the collector learnt about from discovery.
+func TestGarbageCollectorHonoursOwnerReferences(t *testing.T) {
+	ctx := t.Context()
+	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
+	ns := newNamespace(t, kube, "gc-")
+
+	owner, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ref := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}
+	_, err = kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "dependent", OwnerReferences: []metav1.OwnerReference{ref}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	widgets := schema.GroupVersionResource{Group: "test.berth.dev", Version: "v1", Resource: "widgets"}
+	w := &unstructured.Unstructured{}
+	w.SetAPIVersion("test.berth.dev/v1")
+	w.SetKind("Widget")
+	w.SetName("owned-widget")
+	w.SetOwnerReferences([]metav1.OwnerReference{ref})
+	_, err = dyn.Resource(widgets).Namespace(ns).Create(ctx, w, metav1.CreateOptions{})
+	require.NoError(t, err)
+	// An object with no owner stays: the collector deletes only what lost its owner.
+	_, err = kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bystander"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	require.NoError(t, kube.CoreV1().ConfigMaps(ns).Delete(ctx, owner.Name, metav1.DeleteOptions{}))
+	gone(t, "the dependent ConfigMap", func(ctx context.Context) error {
+		_, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "dependent", metav1.GetOptions{})
+		return err
+	})
+	gone(t, "the dependent Widget", func(ctx context.Context) error {
+		_, err := dyn.Resource(widgets).Namespace(ns).Get(ctx, "owned-widget", metav1.GetOptions{})
+		return err
+	})
+	_, err = kube.CoreV1().ConfigMaps(ns).Get(ctx, "bystander", metav1.GetOptions{})
+	require.NoError(t, err, "an object without owners must not be collected")
+}
+
+// Deleting a namespace empties it and then removes it, rather than leaving it Terminating.
+func TestNamespaceDeletionCompletes(t *testing.T) {
+	ctx := t.Context()
+	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	dyn := dynamic.NewForConfigOrDie(cp.RESTConfig())
+	ns := newNamespace(t, kube, "ns-")
+	_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	createCustomObject(t, dyn, schema.GroupVersionResource{Group: "test.berth.dev", Version: "v1", Resource: "widgets"}, "Widget", ns, map[string]any{"size": int64(1)})
+
+	require.NoError(t, kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	gone(t, "namespace "+ns, func(ctx context.Context) error {
+		_, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return err
+	})
+}
+
+// A plain Deployment gets a ReplicaSet and its pods (nothing schedules them here), and
+// deleting the Deployment takes both with it.
+func TestDeploymentGetsItsReplicaSetAndPods(t *testing.T) {
+	ctx := t.Context()
+	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	ns := newNamespace(t, kube, "deploy-")
+	labels := map[string]string{"app": "web"}
+	d, err := kube.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](3),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	var pods *corev1.PodList
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err = kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		return err == nil && len(pods.Items) == 3, nil
+	})
+	require.NoError(t, err, "the Deployment's 3 pods were not created")
+	rsOwner := metav1.GetControllerOf(&pods.Items[0])
+	require.NotNil(t, rsOwner)
+	require.Equal(t, "ReplicaSet", rsOwner.Kind)
+	rs, err := kube.AppsV1().ReplicaSets(ns).Get(ctx, rsOwner.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.True(t, metav1.IsControlledBy(rs, d), "the pods' ReplicaSet belongs to the Deployment")
+
+	require.NoError(t, kube.AppsV1().Deployments(ns).Delete(ctx, d.Name, metav1.DeleteOptions{}))
+	gone(t, "the ReplicaSet", func(ctx context.Context) error {
+		_, err := kube.AppsV1().ReplicaSets(ns).Get(ctx, rs.Name, metav1.GetOptions{})
+		return err
+	})
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err = kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		return err == nil && len(pods.Items) == 0, nil
+	})
+	require.NoError(t, err, "the Deployment's pods outlived it")
+}
