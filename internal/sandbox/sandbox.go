@@ -171,7 +171,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	compCtx, cancel := context.WithCancel(ctx)
 	var running sync.WaitGroup
 	defer func() { cancel(); running.Wait() }()
-	failed := make(chan error, 5)
+	failed := make(chan error, 6)
 	component := func(name string, run func(context.Context) error) {
 		running.Add(1)
 		go func() {
@@ -188,6 +188,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	component("berth-scheduler", func(ctx context.Context) error {
 		return scheduler.RunInProcess(ctx, dir, internalKubeconfig, nil)
+	})
+	// kube-scheduler's default profile, as every cluster runs beside berth-scheduler: pods
+	// that name no scheduler (a plain Deployment's) are placed too.
+	component("kube-scheduler", func(ctx context.Context) error {
+		return scheduler.RunDefaultInProcess(ctx, dir, internalKubeconfig)
 	})
 	// InProcessRestart: a second sandbox in one process (the tests) registers the same
 	// controller names again.
@@ -228,7 +233,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		return ctx.Err()
 	}
 	routerURL := "http://" + rt.Addr()
-	fmt.Fprintf(out, "running berth-scheduler, berth-controller, berth-router (%s), the simulated kubelet and engines\n", routerURL)
+	fmt.Fprintf(out, "running berth-scheduler, berth-controller, berth-router (%s), kube-scheduler, kube-controller-manager's garbage collector, namespace, Deployment and ReplicaSet controllers, the simulated kubelet and engines\n", routerURL)
 
 	ap, err := newApplier(cfg, kube)
 	if err != nil {

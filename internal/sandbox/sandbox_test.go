@@ -8,13 +8,19 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
@@ -195,4 +201,132 @@ func TestLoad(t *testing.T) {
 	assert.Regexp(t, `load done: [1-9][0-9]* requests answered, 0 failed`, out.String())
 	assert.Regexp(t, `replicas llama-3-1-8b-a100=\d+ llama-3-1-8b-h100=[2-9]`, out.String(), "the H100 backend grew past its minimum of 1")
 	assert.Contains(t, out.String(), "PANIC", "a jump from 1 engine to 160 in flight is a burst")
+}
+
+// syncBuffer is an io.Writer the sandbox writes to while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestClusterLoops runs the sandbox as `make run` does (until stopped) and uses it as a
+// cluster user would: a plain Deployment beside a ModelServing runs (kube-scheduler places
+// its pods, the simulated kubelet starts them); deleting the ModelServing takes its pods and
+// PodGroups with it (garbage collector); deleting the namespace removes it.
+func TestClusterLoops(t *testing.T) {
+	dir := t.TempDir()
+	const ns = "sandbox-loops"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mixed.yaml"), []byte(`
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: `+ns+`
+---
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata:
+  name: small
+  namespace: `+ns+`
+spec:
+  schedulerName: berth-scheduler
+  replicas: 2
+  template:
+    roles:
+    - name: server
+      entryTemplate:
+        spec:
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.11.0
+            resources:
+              limits:
+                nvidia.com/gpu: "1"
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: `+ns+`
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.27
+        resources:
+          requests: {cpu: 100m}
+`), 0o600))
+	o := options()
+	o.ExamplesDir = dir
+	o.Once = false
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- sandbox.Run(ctx, o, out) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+		t.Logf("output:\n%s", out.String())
+	}()
+	kube, err := kubernetes.NewForConfig(cp.RESTConfig())
+	require.NoError(t, err)
+	vc, err := volcanoclient.NewForConfig(cp.RESTConfig())
+	require.NoError(t, err)
+	eventually := func(what string, cond func(ctx context.Context) (bool, error)) {
+		t.Helper()
+		require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, cond), "%s\noutput:\n%s", what, out.String())
+	}
+
+	eventually("every ModelServing Available", func(context.Context) (bool, error) {
+		return strings.Contains(out.String(), "every ModelServing is Available"), nil
+	})
+	eventually("the plain Deployment's 3 pods run on simulated nodes", func(ctx context.Context) (bool, error) {
+		d, err := kube.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		return err == nil && d.Status.AvailableReplicas == 3, nil
+	})
+	pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	require.NoError(t, err)
+	for _, p := range pods.Items {
+		assert.Equal(t, corev1.DefaultSchedulerName, p.Spec.SchedulerName)
+		assert.NotEmpty(t, p.Spec.NodeName, "pod %s is placed", p.Name)
+	}
+
+	servingPods := metav1.ListOptions{LabelSelector: workloadv1alpha1.ModelServingNameLabel + "=small"}
+	before, err := kube.CoreV1().Pods(ns).List(ctx, servingPods)
+	require.NoError(t, err)
+	require.Len(t, before.Items, 2)
+	cl, err := client.New(cp.RESTConfig(), client.Options{Scheme: controller.Scheme()})
+	require.NoError(t, err)
+	require.NoError(t, cl.Delete(ctx, &workloadv1alpha1.ModelServing{ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: ns}}))
+	eventually("the deleted ModelServing's pods and PodGroups are gone", func(ctx context.Context) (bool, error) {
+		p, err := kube.CoreV1().Pods(ns).List(ctx, servingPods)
+		if err != nil {
+			return false, nil
+		}
+		pgs, err := vc.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(p.Items) == 0 && len(pgs.Items) == 0, nil
+	})
+
+	require.NoError(t, kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	eventually("the deleted namespace is gone, Deployment and all", func(ctx context.Context) (bool, error) {
+		_, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }

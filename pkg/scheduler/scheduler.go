@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/cache"
@@ -62,11 +64,44 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("berth-scheduler setup: %w", err)
 	}
 	// kube-scheduler registers its config under a process-wide configz key and fails if
-	// the key exists, so a second scheduler in the same process (a restart in a test, or
-	// the sandbox) must find it free.
-	configz.Delete("componentconfig")
+	// the key exists, so a second scheduler in the same process (a restart in a test, the
+	// sandbox's default scheduler beside berth-scheduler, a standby) must find it free. Two
+	// starting at once can still both find it taken between one's Delete and its Run; the
+	// registration is the first thing Run does, before it starts anything, so retrying is
+	// safe.
 	defer configz.Delete("componentconfig")
-	return app.Run(ctx, cc, sched)
+	for {
+		configz.Delete("componentconfig")
+		err := app.Run(ctx, cc, sched)
+		if err == nil || !strings.Contains(err.Error(), "unable to register configz") || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// RunDefaultInProcess runs kube-scheduler's own default profile (schedulerName
+// default-scheduler, none of Berth's plugins) against kubeconfig until ctx ends: what a
+// cluster runs beside berth-scheduler, so the sandbox's plain Deployments are placed too.
+func RunDefaultInProcess(ctx context.Context, dir, kubeconfig string) error {
+	cfg, err := yaml.Marshal(map[string]any{
+		"apiVersion":       "kubescheduler.config.k8s.io/v1",
+		"kind":             "KubeSchedulerConfiguration",
+		"clientConnection": map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400},
+		"leaderElection":   map[string]any{"leaderElect": false},
+	})
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("default-scheduler-%d.yaml", instances.Load()+1))
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		return err
+	}
+	return Run(ctx, Options{ConfigFile: path})
 }
 
 // InProcessConfig adapts the shipped configuration (manifests/scheduler/config.yaml) to run
