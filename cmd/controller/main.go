@@ -23,6 +23,9 @@ func main() {
 	flag.StringVar(&o.VariantActuation, "variant-actuation", "scale", `who applies a VariantAutoscaling's desired replicas: "scale" (berth-controller, through the ModelServing's scale subresource) or "metric" (only export inferno_desired_replicas for an HPA or KEDA)`)
 	flag.StringVar(&o.VariantCostsConfigMap, "variant-costs-configmap", "berth-system/accelerator-unit-costs", "namespace/name of the accelerator unit costs a VariantAutoscaling reads when its namespace has no accelerator-unit-costs ConfigMap")
 	flag.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "berth-system", "namespace of the leader-election lease")
+	flag.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before it takes over")
+	flag.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops leading")
+	flag.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often a standby tries to acquire, and the leader to renew, the lease")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()

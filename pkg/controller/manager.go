@@ -41,6 +41,10 @@ type Options struct {
 	ProbeAddr        string // "" or "0" disables health probes
 	LeaderElection   bool
 	LeaderElectionNS string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (0: controller-runtime's
+	// 15 s, 10 s and 2 s). A standby takes over at most LeaseDuration + RetryPeriod after the
+	// leader last renewed; a leader that cannot renew within RenewDeadline stops.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// InProcessRestart allows a second manager in the same process after the first stopped
 	// (tests that kill and restart the controller); controller-runtime otherwise refuses to
 	// register a controller name twice.
@@ -87,6 +91,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionNamespace: o.LeaderElectionNS,
 		// Release the lease on shutdown so a restarted controller takes over at once.
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 nonZero(o.LeaseDuration),
+		RenewDeadline:                 nonZero(o.RenewDeadline),
+		RetryPeriod:                   nonZero(o.RetryPeriod),
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.InProcessRestart)},
 	})
 	if err != nil {
@@ -190,4 +197,12 @@ func (r refreshingScaleKindResolver) ScaleForResource(gvr schema.GroupVersionRes
 		return r.ScaleKindResolver.ScaleForResource(gvr)
 	}
 	return gvk, nil
+}
+
+// nonZero is d, or nil (the default) when d is 0.
+func nonZero(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
 }
