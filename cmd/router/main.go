@@ -6,6 +6,7 @@ package main
 import (
 	"flag"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -25,7 +26,8 @@ func main() {
 	flag.Int64Var(&o.MaxBodyBytes, "max-body-bytes", o.MaxBodyBytes, "largest request body accepted (413 beyond)")
 	flag.DurationVar(&o.ReadHeaderTimeout, "read-header-timeout", o.ReadHeaderTimeout, "time allowed to read a request's headers")
 	flag.DurationVar(&o.IdleTimeout, "idle-timeout", o.IdleTimeout, "idle keep-alive connections are closed after this")
-	flag.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "on SIGTERM, time in-flight requests and streams get to finish")
+	flag.DurationVar(&o.ShutdownDelay, "shutdown-delay", 5*time.Second, "on SIGTERM, how long to go on serving with readiness false, so endpoints drop this replica before it stops taking requests")
+	flag.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "after the shutdown delay, time in-flight requests and streams get to finish")
 	flag.DurationVar(&o.ScrapeInterval, "scrape-interval", o.ScrapeInterval, "how often each endpoint's /metrics and /v1/models are read")
 	flag.StringVar(&policy, "policy", policy, "endpoint picking: \"scored\" (weighted --scorers) or \"round-robin\"")
 	flag.StringVar(&o.Scorers, "scorers", o.Scorers, "scorer=weight list: "+pick.LeastRequests+", "+pick.KVCache+", "+pick.PrefixCache+", "+pick.Latency+", "+pick.LoRA)

@@ -44,8 +44,12 @@ type Options struct {
 	// keep-alive connections. Neither bounds a streaming response.
 	ReadHeaderTimeout, IdleTimeout time.Duration
 	// ShutdownTimeout is how long in-flight requests and streams may take to finish after
-	// the router is told to stop (readiness turns false at once).
+	// the router stopped taking new ones.
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is how long the router, told to stop, goes on serving new requests while
+	// its readiness is already false: the time its Service's endpoints need to drop it, so
+	// no client is refused in between. Then it stops taking requests and drains.
+	ShutdownDelay time.Duration
 	// ScrapeInterval is how often every endpoint's /metrics and /v1/models are read.
 	ScrapeInterval time.Duration
 	// Policy and Scorers choose how endpoints are picked (see package pick).
@@ -183,8 +187,9 @@ func (r *Router) health(mux *http.ServeMux) {
 	})
 }
 
-// Run serves until ctx ends, then stops taking requests (readiness false), lets in-flight
-// ones finish within ShutdownTimeout, and returns.
+// Run serves until ctx ends, then reports not ready, serves on for ShutdownDelay, stops
+// taking requests, lets in-flight ones (streams too) finish within ShutdownTimeout, and
+// returns.
 func (r *Router) Run(ctx context.Context) error {
 	viewCtx, stopView := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopView()
@@ -256,8 +261,20 @@ func (r *Router) Run(ctx context.Context) error {
 	case err := <-viewErr:
 		return fmt.Errorf("watching routes, servers and pods: %w", err)
 	}
-	// Readiness goes false first so a load balancer stops sending; then drain.
+	// Readiness goes false first so a load balancer stops sending, while requests that
+	// still come are served; then drain.
 	r.stopping.Store(true)
+	if d := r.opts.ShutdownDelay; d > 0 {
+		r.log.Info("not ready; serving on while endpoints drop this replica", "delay", d)
+		select {
+		case <-time.After(d):
+		case err := <-errc:
+			if !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+		}
+	}
+	r.log.Info("draining in-flight requests", "timeout", r.opts.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), r.opts.ShutdownTimeout)
 	defer cancel()
 	for _, s := range servers {
