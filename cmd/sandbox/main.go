@@ -38,6 +38,7 @@ func main() {
 		}
 		return nil
 	})
+	flag.IntVar(&o.PlainNodes, "plain-nodes", 0, "instead of the GPU fabric, this many workers without GPUs or network tiers, like kind's (for test/e2e: BERTH_E2E=1 KUBECONFIG=<--kubeconfig> go test ./test/e2e)")
 	flag.StringVar(&o.ExamplesDir, "examples", "examples", "directory of manifests to apply (every YAML document, server-side)")
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "sandbox.kubeconfig", "kubeconfig to write for kubectl while the sandbox runs (\"\" writes none)")
 	flag.BoolVar(&o.Once, "once", false, "exit 0 once every ModelServing is Available, non-zero with the reason after --timeout")

@@ -34,3 +34,14 @@ func createFabric(ctx context.Context, f sim.Fabric, kube kubernetes.Interface, 
 	}
 	return nil
 }
+
+// createPlainNodes creates n workers with CPU and memory only, named worker-<i>.
+func createPlainNodes(ctx context.Context, n int, kube kubernetes.Interface) error {
+	for i := range n {
+		node := sim.NewNode(fmt.Sprintf("worker-%d", i), sim.NodeShape{CPU: "16", Memory: "64Gi"}, nil)
+		if _, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("node %s: %w", node.Name, err)
+		}
+	}
+	return nil
+}

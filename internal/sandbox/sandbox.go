@@ -34,6 +34,13 @@ import (
 type Options struct {
 	// Fabric is the simulated network of GPU nodes.
 	Fabric sim.Fabric
+	// PlainNodes, when positive, replaces the fabric with this many nodes without GPUs,
+	// network labels or HyperNodes, like a kind cluster's workers: the end-to-end suite
+	// (test/e2e) gives nodes fake GPUs and network tiers itself.
+	PlainNodes int
+	// OnReady, when set, is called once every component runs and the manifests are applied,
+	// with the kubeconfig path (Kubeconfig, or an internal one when that is empty).
+	OnReady func(kubeconfig string)
 	// ExamplesDir holds the manifests to apply (every document of every *.yaml, *.yml and
 	// *.json file in it, server-side, whatever the kind).
 	ExamplesDir string
@@ -97,8 +104,10 @@ func stopControlPlane(cp *controlplane.ControlPlane, out io.Writer) {
 // stopped before it returns: the scheduler, controller and kubelet first, then the control
 // plane, which would otherwise wait for their open watches.
 func Run(ctx context.Context, o Options, out io.Writer) error {
-	if err := o.Fabric.Validate(); err != nil {
-		return err
+	if o.PlainNodes <= 0 {
+		if err := o.Fabric.Validate(); err != nil {
+			return err
+		}
 	}
 	if o.Timeout <= 0 {
 		return fmt.Errorf("timeout must be positive, got %s", o.Timeout)
@@ -159,12 +168,22 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 
-	f := o.Fabric
-	if err := createFabric(ctx, f, kube, vc); err != nil {
-		return fmt.Errorf("simulated fabric: %w", err)
+	if o.PlainNodes > 0 {
+		if err := createPlainNodes(ctx, o.PlainNodes, kube); err != nil {
+			return fmt.Errorf("simulated nodes: %w", err)
+		}
+		fmt.Fprintf(out, "nodes: %d plain workers (no GPUs, no network tiers)\n", o.PlainNodes)
+	} else {
+		f := o.Fabric
+		if err := createFabric(ctx, f, kube, vc); err != nil {
+			return fmt.Errorf("simulated fabric: %w", err)
+		}
+		fmt.Fprintf(out, "fabric: %d nodes, %d GPUs (%s); HyperNodes: %d leaf (tier %d), %d spine (tier %d)\n",
+			f.NodeCount(), f.NodeCount()*f.GPUsPerNode, f.Describe(), f.Leaves(), sim.LeafTier, f.Spines, sim.SpineTier)
 	}
-	fmt.Fprintf(out, "fabric: %d nodes, %d GPUs (%s); HyperNodes: %d leaf (tier %d), %d spine (tier %d)\n",
-		f.NodeCount(), f.NodeCount()*f.GPUsPerNode, f.Describe(), f.Leaves(), sim.LeafTier, f.Spines, sim.SpineTier)
+	if err := publishInstallation(ctx, kube); err != nil {
+		return fmt.Errorf("publishing the installation: %w", err)
+	}
 
 	// The components. Registered after the control plane's Stop, so deferred calls stop
 	// them first.
@@ -250,6 +269,13 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	if len(objs) == 0 {
 		fmt.Fprintf(out, "%s holds no manifests\n", o.ExamplesDir)
+	}
+	if o.OnReady != nil {
+		kc := o.Kubeconfig
+		if kc == "" {
+			kc = internalKubeconfig
+		}
+		o.OnReady(kc)
 	}
 
 	onAvailable := func() error {

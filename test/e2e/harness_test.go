@@ -4,12 +4,15 @@
 // fake nvidia.com/gpu capacity through the node status subresource, and network-tier labels
 // (plus Volcano HyperNodes when that CRD is installed), and take all of it away afterwards.
 //
-// The tests skip unless BERTH_E2E=1 and KUBECONFIG are set:
+// With BERTH_E2E=1 and KUBECONFIG set they run against that cluster:
 //
 //	BERTH_E2E=1 KUBECONFIG=$HOME/.kube/config go test ./test/e2e/ -v -timeout 30m
 //
 // They change nodes of the cluster KUBECONFIG points at (extended-resource capacity, labels):
 // use a throwaway cluster. Nodes that report a real nvidia.com/gpu capacity are never touched.
+//
+// Without BERTH_E2E (as in `make test`), TestMain starts the sandbox with plain workers and
+// the same tests run against it through its kubeconfig (main_test.go).
 package e2e
 
 import (
@@ -41,6 +44,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	topologyv1alpha1 "volcano.sh/apis/pkg/apis/topology/v1alpha1"
 
+	"github.com/berth-sh/berth/internal/sandbox"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
 )
@@ -87,6 +91,8 @@ var (
 	kube      kubernetes.Interface
 	cl        client.WithWatch
 	image     string
+	// onSandbox: the cluster is a Berth sandbox (see checkInstalled).
+	onSandbox bool
 )
 
 // scheme is berth-controller's scheme plus Volcano's HyperNode.
@@ -182,7 +188,8 @@ func setup(t *testing.T) error {
 }
 
 // checkInstalled fails with a hint unless the APIs exist and both Deployments of
-// manifests/ are available.
+// manifests/ are available; in the sandbox (its marker ConfigMap exists) the components run
+// in the sandbox's process instead, and were up before it wrote the kubeconfig.
 func checkInstalled(ctx context.Context, t *testing.T) error {
 	for gv, resource := range map[string]string{
 		workloadv1alpha1.SchemeGroupVersion.String(): "modelservings",
@@ -192,6 +199,11 @@ func checkInstalled(ctx context.Context, t *testing.T) error {
 			return fmt.Errorf("the cluster does not serve %s %s: install Berth (kubectl apply --server-side -k manifests) and "+
 				"Volcano's CRDs (kubectl apply --server-side -f manifests/crds/volcano/), see docs/kind.md", gv, resource)
 		}
+	}
+	if marker, err := kube.CoreV1().ConfigMaps(berthNamespace).Get(ctx, sandbox.MarkerConfigMap, metav1.GetOptions{}); err == nil {
+		t.Logf("a Berth sandbox: %s", marker.Data["components"])
+		onSandbox = true
+		return nil
 	}
 	for _, name := range []string{"berth-scheduler", "berth-controller"} {
 		var last string
