@@ -25,6 +25,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
+	"github.com/berth-sh/berth/internal/replicas"
 	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
@@ -225,13 +226,7 @@ func TestSchedulerLeaderKilledMidGang(t *testing.T) {
 	go sim.NewKubelet(kube, 50*time.Millisecond).Run(ctx)
 	watch := watchPods(t, kube, ns, nil)
 
-	replicas := []*replica{startReplica(t, "scheduler", 0), startReplica(t, "scheduler", 1)}
-	lead := leader(t, replicas...)
-	standby := replicas[0]
-	if standby == lead {
-		standby = replicas[1]
-	}
-	t.Logf("%s leads", lead.name)
+	lead, standby, both := pair(t, replicas.Scheduler)
 
 	var gangs []gang
 	const total = 14
@@ -252,19 +247,19 @@ func TestSchedulerLeaderKilledMidGang(t *testing.T) {
 			// while no replica leads.
 			createGang(t, kube, vc, ns, g, 0, g.pods-1)
 			time.Sleep(500 * time.Millisecond)
-			killedAt = lead.kill()
+			killedAt = lead.Kill()
 			bound := 0
 			for _, p := range watch.snapshot() {
 				if p.Labels[gangLabel] == g.name && p.Spec.NodeName != "" {
 					bound++
 				}
 			}
-			t.Logf("killed %s with %d of %s's %d pods created (%d bound at the kill)", lead.name, g.pods-1, g.name, g.pods, bound)
+			t.Logf("killed %s with %d of %s's %d pods created (%d bound at the kill)", lead.Name, g.pods-1, g.name, g.pods, bound)
 			createGang(t, kube, vc, ns, g, g.pods-1, g.pods)
 		}
 		time.Sleep(time.Duration(50+rng.IntN(250)) * time.Millisecond)
 	}
-	requireTakeover(t, standby, killedAt)
+	replicas.RequireTakeover(t, standby, killedAt)
 
 	// settled: every gang whole or unbound, and none of the unbound fits what is free.
 	settled := func() (bool, string) {
@@ -326,8 +321,8 @@ func TestSchedulerLeaderKilledMidGang(t *testing.T) {
 		}
 	}
 	waitSettled("after two gangs left")
-	for _, r := range replicas {
-		assert.False(t, r.diedOnItsOwn(), "%s exited without being killed (lost its lease?)", r.name)
+	for _, r := range both {
+		assert.False(t, r.DiedOnItsOwn(), "%s exited without being killed (lost its lease?)", r.Name)
 	}
 }
 
@@ -406,13 +401,7 @@ func TestControllerLeaderKilledMidRollout(t *testing.T) {
 	kubelet := sim.NewKubelet(kube, time.Duration(200+rng.IntN(300))*time.Millisecond)
 	go kubelet.Run(ctx)
 
-	replicas := []*replica{startReplica(t, "controller", 0), startReplica(t, "controller", 1)}
-	lead := leader(t, replicas...)
-	standby := replicas[0]
-	if standby == lead {
-		standby = replicas[1]
-	}
-	t.Logf("%s leads", lead.name)
+	lead, standby, both := pair(t, replicas.Controller)
 
 	ms := &workloadv1alpha1.ModelServing{}
 	require.NoError(t, yaml.UnmarshalStrict([]byte(servingManifest), ms))
@@ -435,10 +424,10 @@ func TestControllerLeaderKilledMidRollout(t *testing.T) {
 		st := get().Status
 		return st.UpdateRevision != st.CurrentRevision && st.UpdatedReplicas >= updated
 	})
-	killedAt := lead.kill()
+	killedAt := lead.Kill()
 	require.Less(t, get().Status.UpdatedReplicas, int32(3), "the rollout finished before the leader was killed; the test proves nothing")
-	t.Logf("killed %s with %d of 3 groups updated", lead.name, get().Status.UpdatedReplicas)
-	requireTakeover(t, standby, killedAt)
+	t.Logf("killed %s with %d of 3 groups updated", lead.Name, get().Status.UpdatedReplicas)
+	replicas.RequireTakeover(t, standby, killedAt)
 
 	eventually(t, "the rollout converges", func() bool {
 		m := get()
@@ -468,8 +457,8 @@ func TestControllerLeaderKilledMidRollout(t *testing.T) {
 	for _, s := range svcs.Items {
 		assert.True(t, metav1.IsControlledBy(&s, final), "Service %s is owned by the ModelServing", s.Name)
 	}
-	for _, r := range replicas {
-		assert.False(t, r.diedOnItsOwn(), "%s exited without being killed (lost its lease?)", r.name)
+	for _, r := range both {
+		assert.False(t, r.DiedOnItsOwn(), "%s exited without being killed (lost its lease?)", r.Name)
 	}
 }
 
