@@ -116,3 +116,16 @@ func (c *controllers) stop(logger klog.Logger) {
 		logger.Info("Controllers did not stop in time; stopping the apiserver anyway", "timeout", controllersStopTimeout)
 	}
 }
+
+// RunControllers runs the same kube-controller-manager loops against any apiserver (cfg)
+// until ctx ends: for a benchmark that measures them in a process of their own.
+func RunControllers(ctx context.Context, cfg *rest.Config) error {
+	logger := klog.FromContext(ctx)
+	c, err := startControllers(ctx, logger, cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	c.stop(logger)
+	return nil
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/pkg/scheduler"
+)
+
+// A component process is this binary with componentEnv naming its role and kubeconfigEnv
+// its apiserver; it prints a statsPrefix line with its goroutines and heap every second.
+const (
+	componentEnv  = "SCALEBENCH_COMPONENT"
+	kubeconfigEnv = "SCALEBENCH_KUBECONFIG"
+	statsPrefix   = "scalebench-stats "
+)
+
+// runIfComponent runs the component this process was started as and reports true, or
+// reports false in the benchmark's own process.
+func runIfComponent() bool {
+	role := os.Getenv(componentEnv)
+	if role == "" {
+		return false
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go func() {
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			fmt.Fprintf(os.Stderr, "%sgoroutines=%d heap=%d\n", statsPrefix, runtime.NumGoroutine(), m.HeapInuse)
+			time.Sleep(time.Second)
+		}
+	}()
+	kubeconfig := os.Getenv(kubeconfigEnv)
+	dir := filepath.Dir(kubeconfig)
+	var err error
+	switch role {
+	case "berth-scheduler":
+		err = scheduler.RunInProcess(ctx, dir, kubeconfig, nil)
+	case "kube-scheduler":
+		err = scheduler.RunDefaultInProcess(ctx, dir, kubeconfig)
+	case "berth-controller", "kube-controller-manager":
+		cfg, cerr := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if cerr != nil {
+			err = cerr
+			break
+		}
+		// Both controllers get the same client rate.
+		cfg.QPS, cfg.Burst = 1000, 2000
+		if role == "kube-controller-manager" {
+			err = controlplane.RunControllers(ctx, cfg)
+			break
+		}
+		mgr, merr := controller.NewManager(cfg, controller.Options{MetricsAddr: "0"})
+		if merr != nil {
+			err = merr
+			break
+		}
+		err = mgr.Start(ctx)
+	default:
+		err = fmt.Errorf("unknown component %q", role)
+	}
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", role, err)
+		os.Exit(1)
+	}
+	return true
+}
+
+// stats is a component's self-report, plus its CPU seconds from /proc at that moment.
+type stats struct {
+	goroutines int
+	heap       uint64
+	cpu        float64
+}
+
+// component is a running component process.
+type component struct {
+	role  string
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	last  stats
+	peak  uint64 // VmHWM, read while the process runs
+	marks map[string]stats
+	done  chan struct{}
+}
+
+func startComponent(ctx context.Context, cp *controlplane.ControlPlane, dir, role string) (*component, error) {
+	kubeconfig := filepath.Join(dir, role+".kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	c := &component{role: role, marks: map[string]stats{}, done: make(chan struct{})}
+	c.cmd = exec.CommandContext(ctx, exe)
+	c.cmd.Env = append(os.Environ(), componentEnv+"="+role, kubeconfigEnv+"="+kubeconfig)
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := c.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		s := bufio.NewScanner(stderr)
+		s.Buffer(make([]byte, 64<<10), 1<<20)
+		for s.Scan() {
+			line, ok := strings.CutPrefix(s.Text(), statsPrefix)
+			if !ok {
+				continue
+			}
+			var st stats
+			if _, err := fmt.Sscanf(line, "goroutines=%d heap=%d", &st.goroutines, &st.heap); err == nil {
+				st.cpu = c.cpuSeconds()
+				c.mu.Lock()
+				c.last = st
+				if hwm := c.rssField("VmHWM:"); hwm > c.peak {
+					c.peak = hwm
+				}
+				c.mu.Unlock()
+			}
+		}
+		_ = c.cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *component) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(20 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+func (c *component) latest() stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
+}
+
+// mark records the component's stats now under name.
+func (c *component) mark(name string) {
+	st := c.latest()
+	st.cpu = c.cpuSeconds()
+	c.mu.Lock()
+	c.marks[name] = st
+	c.mu.Unlock()
+}
+
+func (c *component) peakRSS() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peak
+}
+
+func (c *component) rss() uint64 { return c.rssField("VmRSS:") }
+
+// rssField reads a kB field of /proc/<pid>/status, in bytes.
+func (c *component) rssField(field string) uint64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// cpuSeconds is the process's user + system time (/proc/<pid>/stat, in clock ticks of
+// 1/100 s on Linux).
+func (c *component) cpuSeconds() float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields after its closing parenthesis.
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
+}
