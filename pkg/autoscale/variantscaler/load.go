@@ -3,6 +3,7 @@ package variantscaler
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -79,6 +80,13 @@ func readLoad(ctx context.Context, r *podmetrics.Reader, pods []podmetrics.Pod, 
 		itl = res.Samples[metricITLLegacy]
 	}
 	l.ITL = mean(itl) * 1000
+	for _, v := range []float64{l.RatePerMinute, l.AvgInput, l.AvgOutput, l.TTFT, l.ITL} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			// Never size on a reading that is not a number: the status would show it as 0
+			// beside a count the optimizer derived from it.
+			return l, errNoReading{fmt.Sprintf("the load read is not a finite number (%.2f req/min of %.1f input and %.1f output tokens)", l.RatePerMinute, l.AvgInput, l.AvgOutput)}
+		}
+	}
 	return l, nil
 }
 

@@ -194,8 +194,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	orig := va.DeepCopy()
 	va.Status = *status
-	if perr := r.Client.Status().Patch(ctx, &va, client.MergeFrom(orig)); perr != nil && !apierrors.IsNotFound(perr) {
-		return ctrl.Result{}, perr
+	// Optimistic lock: a merge patch computed against a stale cached object leaves out the
+	// fields this run did not change from that stale copy, so the apiserver would keep a newer
+	// run's values beside this run's (a desired count beside a load it was not computed from).
+	// A stale base is refused instead, and the next run reads afresh.
+	if perr := r.Client.Status().Patch(ctx, &va, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); perr != nil {
+		switch {
+		case apierrors.IsNotFound(perr):
+		case apierrors.IsConflict(perr):
+			return ctrl.Result{Requeue: true}, nil
+		default:
+			return ctrl.Result{}, perr
+		}
 	}
 	return ctrl.Result{RequeueAfter: r.SyncPeriod}, nil
 }
