@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +29,8 @@ const (
 	componentEnv  = "SCALEBENCH_COMPONENT"
 	kubeconfigEnv = "SCALEBENCH_KUBECONFIG"
 	statsPrefix   = "scalebench-stats "
+	// profileEnv, when set, is a directory each component writes its CPU profile to.
+	profileEnv = "SCALEBENCH_PROFILE_DIR"
 )
 
 // runIfComponent runs the component this process was started as and reports true, or
@@ -47,6 +50,13 @@ func runIfComponent() bool {
 			time.Sleep(time.Second)
 		}
 	}()
+	if d := os.Getenv(profileEnv); d != "" {
+		// A CPU profile of the whole run, written when the component stops.
+		f, err := os.Create(filepath.Join(d, role+".cpu.pprof"))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
 	kubeconfig := os.Getenv(kubeconfigEnv)
 	dir := filepath.Dir(kubeconfig)
 	var err error
@@ -78,6 +88,7 @@ func runIfComponent() bool {
 	}
 	if err != nil && ctx.Err() == nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", role, err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 	return true

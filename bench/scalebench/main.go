@@ -63,8 +63,12 @@ func main() {
 	flag.IntVar(&c.nodes, "nodes", 5000, "simulated 8-GPU nodes")
 	flag.DurationVar(&c.churn, "churn", 3*time.Minute, "how long the churn phase lasts")
 	flag.StringVar(&modes, "modes", modes, "berth, peer or both")
+	profiles := flag.String("cpuprofile-dir", "", "write each component's CPU profile (<role>.cpu.pprof) here")
 	flag.Parse()
 	c.modes = strings.Split(modes, ",")
+	if *profiles != "" {
+		must(os.Setenv(profileEnv, *profiles))
+	}
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
 	ctrllog.SetLogger(klog.Background())
