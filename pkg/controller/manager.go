@@ -1,5 +1,5 @@
 // Package controller assembles berth-controller: a controller-runtime manager with the
-// ModelServing, ModelBooster, autoscaling (AutoscalingPolicyBinding and llm-d's
+// ModelServing, ModelBooster, ModelRoute and ModelServer status, autoscaling (AutoscalingPolicyBinding and llm-d's
 // VariantAutoscaling) and llmaz reconcilers. cmd/controller, the sandbox and the tests start it through here.
 package controller
 
@@ -32,6 +32,7 @@ import (
 	"github.com/berth-sh/berth/pkg/autoscale/binding"
 	"github.com/berth-sh/berth/pkg/autoscale/variantscaler"
 	"github.com/berth-sh/berth/pkg/llmazserving"
+	"github.com/berth-sh/berth/pkg/routestatus"
 	"github.com/berth-sh/berth/pkg/workload"
 )
 
@@ -119,6 +120,12 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Recorder: mgr.GetEventRecorder("berth-controller"),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ModelBooster reconciler: %w", err)
+	}
+	if err := (&routestatus.RouteReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("berth-controller")}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("ModelRoute status reconciler: %w", err)
+	}
+	if err := (&routestatus.ServerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("berth-controller")}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("ModelServer status reconciler: %w", err)
 	}
 	if err := addAutoscaler(mgr, cfg, o); err != nil {
 		return nil, err

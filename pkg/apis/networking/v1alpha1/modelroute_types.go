@@ -181,6 +181,8 @@ type ModelRouteStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.modelName`
 // +kubebuilder:printcolumn:name="LoRA",type=string,JSONPath=`.spec.loraAdapters`,priority=1
+// +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
+// +kubebuilder:printcolumn:name="Resolved",type=string,JSONPath=`.status.conditions[?(@.type=="ResolvedRefs")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ModelRoute struct {
 	metav1.TypeMeta   `json:",inline"`

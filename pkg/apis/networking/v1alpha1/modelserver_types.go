@@ -156,6 +156,8 @@ type ModelServerStatus struct {
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=`.spec.model`
 // +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.spec.inferenceEngine`
 // +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.workloadPort.port`
+// +kubebuilder:printcolumn:name="Workloads",type=string,JSONPath=`.status.conditions[?(@.type=="WorkloadsFound")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="WorkloadsFound")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ModelServer struct {
 	metav1.TypeMeta   `json:",inline"`
