@@ -3,14 +3,16 @@ package controlplane_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -35,9 +37,66 @@ func TestMain(m *testing.M) {
 
 func TestStartupTimings(t *testing.T) {
 	tm := cp.StartupTimings()
-	t.Logf("control plane startup: total %v (etcd binary %v, etcd %v, kube-apiserver %v, CRDs %v)",
+	t.Logf("control plane startup: total %v (etcd binary %v, etcd %v, kube-apiserver %v, CRDs %v, controllers %v)",
 		tm.Total.Round(time.Millisecond), tm.EtcdBinary.Round(time.Millisecond), tm.Etcd.Round(time.Millisecond),
-		tm.APIServer.Round(time.Millisecond), tm.CRDs.Round(time.Millisecond))
+		tm.APIServer.Round(time.Millisecond), tm.CRDs.Round(time.Millisecond), tm.Controllers.Round(time.Millisecond))
+	// TestMain's control plane installs CRDs and runs the controllers: every phase did
+	// work, so every phase must have been measured.
+	requireConsistentTimings(t, tm, true, true)
+
+	// The timings are of a start that finished: what each phase waited for is there. The
+	// apiserver (and, through its readiness checks, etcd) is ready, and the CRD the CRD
+	// phase installed is served.
+	cfg := cp.RESTConfig()
+	client := kubernetes.NewForConfigOrDie(cfg)
+	body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(t.Context())
+	if err != nil || string(body) != "ok" {
+		t.Fatalf("GET /readyz after startup: %v: %q", err, body)
+	}
+	resources, err := client.Discovery().ServerResourcesForGroupVersion("test.berth.dev/v1")
+	if err != nil {
+		t.Fatalf("discovery of the CRD installed at startup: %v", err)
+	}
+	if !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "widgets" }) {
+		t.Fatalf("test.berth.dev/v1 serves %v, want widgets", resources.APIResources)
+	}
+}
+
+// requireConsistentTimings checks what StartupTimings promises without judging speed: the
+// phases that did work were measured, a phase that did not run reports zero, and the
+// phases, which run one after another inside Start, add up to no more than the total.
+// crds says whether any CRD was installed (installing none can take no measurable time).
+func requireConsistentTimings(t *testing.T, tm controlplane.StartupTimings, crds, controllers bool) {
+	t.Helper()
+	phases := []struct {
+		name string
+		d    time.Duration
+		ran  bool
+	}{
+		{"EtcdBinary", tm.EtcdBinary, true},
+		{"Etcd", tm.Etcd, true},
+		{"APIServer", tm.APIServer, true},
+		{"CRDs", tm.CRDs, crds},
+		{"Controllers", tm.Controllers, controllers},
+	}
+	var sum time.Duration
+	for _, p := range phases {
+		switch {
+		case p.d < 0:
+			t.Errorf("%s phase took %v: negative", p.name, p.d)
+		case p.ran && p.d == 0:
+			t.Errorf("%s phase did work but its timing is zero (not recorded): %+v", p.name, tm)
+		case p.name == "Controllers" && !p.ran && p.d != 0:
+			t.Errorf("no controllers ran, yet their phase took %v: %+v", p.d, tm)
+		}
+		sum += p.d
+	}
+	if tm.Total <= 0 {
+		t.Errorf("Total is %v: not recorded: %+v", tm.Total, tm)
+	}
+	if sum > tm.Total {
+		t.Errorf("the phases add up to %v, more than Total %v: a phase was counted twice or Total was taken too early: %+v", sum, tm.Total, tm)
+	}
 }
 
 func TestCoreObjects(t *testing.T) {
@@ -165,24 +224,98 @@ func TestWriteKubeconfig(t *testing.T) {
 	if err := cp.WriteKubeconfig(path); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
+	// It holds a bearer token: other users of the machine must not read it.
+	if fi, err := os.Stat(path); err != nil {
 		t.Fatal(err)
-	}
-	client := kubernetes.NewForConfigOrDie(cfg)
-	if _, err := client.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
-		t.Fatalf("get default namespace via kubeconfig: %v", err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("kubeconfig mode is %v, want 0600", fi.Mode().Perm())
 	}
 
-	kubectl, err := exec.LookPath("kubectl")
+	// Both checks run even if the other fails, so a broken file shows in both.
+	t.Run("client-go", func(t *testing.T) {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := kubernetes.NewForConfigOrDie(cfg)
+		if _, err := client.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil {
+			t.Fatalf("get default namespace via kubeconfig: %v", err)
+		}
+	})
+
+	// What the sandbox tells its users to do with the file is kubectl get of custom
+	// resources; here, as the check this replaces ran it, in all namespaces. A Widget in
+	// a namespace of its own must be listed.
+	t.Run("kubectl get -A", func(t *testing.T) {
+		kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+		ns, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "kubeconfig-"},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gvr := schema.GroupVersionResource{Group: "test.berth.dev", Version: "v1", Resource: "widgets"}
+		createCustomObject(t, dynamic.NewForConfigOrDie(cp.RESTConfig()), gvr, "Widget", ns.Name, map[string]any{"size": int64(1)})
+
+		list, err := kubectlGetAllNamespaces(t.Context(), path, "widgets.test.berth.dev")
+		if err != nil {
+			t.Fatalf("kubectl --kubeconfig %s get widgets.test.berth.dev -A: %v", path, err)
+		}
+		if !slices.ContainsFunc(list.Items, func(o unstructured.Unstructured) bool {
+			return o.GetNamespace() == ns.Name && o.GetName() == "obj1"
+		}) {
+			t.Fatalf("kubectl get widgets -A does not list %s/obj1; it lists %d widgets", ns.Name, len(list.Items))
+		}
+	})
+}
+
+// kubectlGetAllNamespaces does what `kubectl --kubeconfig <kubeconfig> get <resource> -A`
+// does before it prints: it loads the file through the loading rules kubectl's
+// --kubeconfig flag sets up (nothing but that file and its current context), resolves the
+// resource argument ("plural.group", kubectl's way of naming a custom resource) through
+// discovery, shortcuts included, and lists it across all namespaces.
+//
+// kubectl is not installed on CI, and its command code (k8s.io/kubectl/pkg/cmd) needs
+// k8s.io/cli-runtime, which is not in this module's go.sum; these are the client-go
+// pieces that code is built from. It shares nothing with the test's own clients, so a
+// file that does not work on its own fails here.
+func kubectlGetAllNamespaces(ctx context.Context, kubeconfig, resourceArg string) (*unstructured.UnstructuredList, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		t.Log("kubectl not on PATH, skipping the kubectl check")
-		return
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	out, err := exec.CommandContext(t.Context(), kubectl, "--kubeconfig", path, "get", "widgets.test.berth.dev", "-A").CombinedOutput()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		t.Fatalf("kubectl get widgets: %v\n%s", err, out)
+		return nil, err
 	}
+	mapper := restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), dc, nil)
+	// "a.b.c" may be resource.version.group or resource.group; kubectl tries the former,
+	// then the latter.
+	var gvk schema.GroupVersionKind
+	fullySpecified, groupResource := schema.ParseResourceArg(resourceArg)
+	if fullySpecified != nil {
+		gvk, _ = mapper.KindFor(*fullySpecified)
+	}
+	if gvk.Empty() {
+		gvk, err = mapper.KindFor(groupResource.WithVersion(""))
+		if meta.IsNoMatchError(err) {
+			return nil, fmt.Errorf("the server doesn't have a resource type %q: %w", resourceArg, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resolving %q through discovery: %w", resourceArg, err)
+		}
+	}
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return dyn.Resource(mapping.Resource).List(ctx, metav1.ListOptions{}) // no namespace: all of them
 }
 
 // TestStop starts a second, private control plane (the shared one must
@@ -195,6 +328,7 @@ func TestStop(t *testing.T) {
 	}
 	t.Logf("second control plane (warm etcd binary, no CRDs) started in %v: %+v",
 		time.Since(start).Round(time.Millisecond), c.StartupTimings())
+	requireConsistentTimings(t, c.StartupTimings(), false, true)
 	pid := c.EtcdPID()
 	logPath := c.EtcdLogPath()
 	if err := syscall.Kill(pid, 0); err != nil {

@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,29 +49,50 @@ spec:
   scope: Namespaced
   versions: [{name: v1, served: true, storage: true}]
 `
-	for name, files := range map[string]map[string]string{
-		"unknown field": {"a.yaml": strings.Replace(crd, "scope:", "scoope:", 1)},
-		"duplicate":     {"a.yaml": crd, "b.yml": crd},
-		"not a crd":     {"a.yaml": "apiVersion: v1\nkind: ConfigMap\n"},
+	// Each case names the error it must produce: any error would also pass for a loader
+	// that fails for an unrelated reason (an unreadable file, a .yml it no longer reads)
+	// before it ever gets to the check under test.
+	for name, tc := range map[string]struct {
+		files map[string]string
+		want  []string // substrings of the error
+	}{
+		"unknown field": {
+			files: map[string]string{"a.yaml": strings.Replace(crd, "scope:", "scoope:", 1)},
+			want:  []string{"a.yaml: document 1:", `unknown field "scoope"`},
+		},
+		"duplicate": {
+			files: map[string]string{"a.yaml": crd, "b.yml": crd},
+			// WalkDir goes in lexical order: b.yml is the second definition.
+			want: []string{"b.yml: CRD things.test.berth.dev is also defined in ", "a.yaml"},
+		},
+		"not a crd": {
+			files: map[string]string{"a.yaml": "apiVersion: v1\nkind: ConfigMap\n"},
+			want:  []string{`a.yaml: document 1: want a apiextensions.k8s.io/v1 CustomResourceDefinition, got apiVersion "v1" kind "ConfigMap"`},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			for f, content := range files {
+			for f, content := range tc.files {
 				if err := os.WriteFile(filepath.Join(dir, f), []byte(content), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if _, err := loadCRDs([]string{dir}); err == nil {
+			_, err := loadCRDs([]string{dir})
+			if err == nil {
 				t.Fatal("loadCRDs succeeded, want error")
-			} else {
-				t.Log(err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("loadCRDs error does not contain %q:\n%v", want, err)
+				}
 			}
 		})
 	}
 
 	t.Run("missing dir", func(t *testing.T) {
-		if _, err := loadCRDs([]string{filepath.Join(t.TempDir(), "nope")}); err == nil {
-			t.Fatal("loadCRDs succeeded on a missing dir")
+		_, err := loadCRDs([]string{filepath.Join(t.TempDir(), "nope")})
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("loadCRDs on a missing dir: %v, want an error wrapping fs.ErrNotExist", err)
 		}
 	})
 

@@ -45,21 +45,39 @@ func TestQueueingHints(t *testing.T) {
 	assert.Equal(t, fwk.Queue, h, "GPUs were freed")
 	cpuPod := gpuPod("cpu", 0, nil)
 	cpuPod.Spec.NodeName = "n"
-	h, _ = pl.isSchedulableAfterPodDelete(logger, pending, cpuPod, nil)
+	// The scheduler queues the pod whenever a hint returns an error, whatever hint came
+	// with it: a QueueSkip is only a QueueSkip if the error is nil.
+	h, err = pl.isSchedulableAfterPodDelete(logger, pending, cpuPod, nil)
+	require.NoError(t, err)
 	assert.Equal(t, fwk.QueueSkip, h)
 	amdPod := devicePod("amd", "amd.com/gpu", 1, nil)
 	amdPod.Spec.NodeName = "n"
-	h, _ = pl.isSchedulableAfterPodDelete(logger, pending, amdPod, nil)
+	h, err = pl.isSchedulableAfterPodDelete(logger, pending, amdPod, nil)
+	require.NoError(t, err)
 	assert.Equal(t, fwk.QueueSkip, h, "another vendor's devices")
 
 	fixed := pending.DeepCopy()
 	fixed.Annotations[ProductsAnnotation] = a100 + "," + h100
-	h, _ = isSchedulableAfterOwnUpdate(logger, pending, pending, fixed)
+	h, err = isSchedulableAfterOwnUpdate(logger, pending, pending, fixed)
+	require.NoError(t, err)
 	assert.Equal(t, fwk.Queue, h)
 	labelled := pending.DeepCopy()
 	labelled.Labels = map[string]string{"x": "y"}
-	h, _ = isSchedulableAfterOwnUpdate(logger, pending, pending, labelled)
+	h, err = isSchedulableAfterOwnUpdate(logger, pending, pending, labelled)
+	require.NoError(t, err)
 	assert.Equal(t, fwk.QueueSkip, h)
+
+	// An object of the wrong type is an error (and Queue, so the pod is not stranded): the
+	// checks above would not notice hints that never report errors at all.
+	h, err = pl.isSchedulableAfterNodeChange(logger, pending, nil, deleted)
+	require.Error(t, err)
+	assert.Equal(t, fwk.Queue, h)
+	h, err = pl.isSchedulableAfterPodDelete(logger, pending, h100Node, nil)
+	require.Error(t, err)
+	assert.Equal(t, fwk.Queue, h)
+	h, err = isSchedulableAfterOwnUpdate(logger, pending, pending, h100Node)
+	require.Error(t, err)
+	assert.Equal(t, fwk.Queue, h)
 }
 
 func TestSignPodSeparatesWhatFilterAndScoreRead(t *testing.T) {

@@ -133,23 +133,56 @@ func TestFilterOtherVendors(t *testing.T) {
 		labelledNode("mi210", amd, 4, map[string]string{"amd.com/gpu.product-name": "AMD_Instinct_MI210", "amd.com/gpu.vram": "64G", "amd.com/gpu.family": "AI"}),
 		labelledNode("910b", ascend, 8, map[string]string{"node.kubernetes.io/npu.chip.name": "910B3", "accelerator": "huawei-Ascend910"}),
 	}
+	unresolvable := func(msg string) verdict { return verdict{fwk.UnschedulableAndUnresolvable.String(), msg} }
 
-	c := runCycle(t, pl, devicePod("p", amd, 4, map[string]string{MinMemoryAnnotation: "128Gi"}), nodes)
-	require.Len(t, c.filter, 2)
-	assert.Equal(t, "amd.com/gpu.vram is 64G, pod needs 128Gi per device", c.filter["mi210"].Message())
-	assert.Equal(t, "node has no amd.com/gpu", c.filter["910b"].Message())
+	assert.Equal(t, map[string]verdict{
+		"mi210": unresolvable("amd.com/gpu.vram is 64G, pod needs 128Gi per device"),
+		"910b":  unresolvable("node has no amd.com/gpu"),
+	}, filterOnly(t, pl, devicePod("p", amd, 4, map[string]string{MinMemoryAnnotation: "128Gi"}), nodes))
 
-	c = runCycle(t, pl, devicePod("p", ascend, 8, map[string]string{ProductsAnnotation: "910B3,910B4"}), nodes)
-	assert.NotContains(t, c.filter, "910b")
-	c = runCycle(t, pl, devicePod("p", ascend, 8, map[string]string{MinMemoryAnnotation: "64Gi"}), nodes)
-	assert.Equal(t, "no memory label is configured for huawei.com/Ascend910, pod needs 64Gi per device", c.filter["910b"].Message())
+	assert.Equal(t, map[string]verdict{
+		"mi300x": unresolvable("node has no huawei.com/Ascend910"),
+		"mi210":  unresolvable("node has no huawei.com/Ascend910"),
+	}, filterOnly(t, pl, devicePod("p", ascend, 8, map[string]string{ProductsAnnotation: "910B3,910B4"}), nodes),
+		"the Ascend node's chip label is one of the products")
+
+	assert.Equal(t, map[string]verdict{
+		"mi300x": unresolvable("node has no huawei.com/Ascend910"),
+		"mi210":  unresolvable("node has no huawei.com/Ascend910"),
+		"910b":   unresolvable("no memory label is configured for huawei.com/Ascend910, pod needs 64Gi per device"),
+	}, filterOnly(t, pl, devicePod("p", ascend, 8, map[string]string{MinMemoryAnnotation: "64Gi"}), nodes))
 
 	// Configuring a memory label for the Ascend nodes makes the requirement usable.
 	pl = newPlugin(t, &Args{Resources: []AcceleratorResource{{Name: ascend, MemoryLabel: "berth.sh/npu-memory", MemoryLabelUnit: UnitGiB}}})
 	nodes = append(nodes, labelledNode("910b-mem", ascend, 8, map[string]string{"berth.sh/npu-memory": "64"}))
-	c = runCycle(t, pl, devicePod("p", ascend, 8, map[string]string{MinMemoryAnnotation: "64Gi"}), nodes)
-	assert.NotContains(t, c.filter, "910b-mem")
-	assert.Equal(t, "node has no berth.sh/npu-memory label, pod needs 64Gi per device", c.filter["910b"].Message())
+	assert.Equal(t, map[string]verdict{
+		"mi300x": unresolvable("node has no huawei.com/Ascend910"),
+		"mi210":  unresolvable("node has no huawei.com/Ascend910"),
+		"910b":   unresolvable("node has no berth.sh/npu-memory label, pod needs 64Gi per device"),
+	}, filterOnly(t, pl, devicePod("p", ascend, 8, map[string]string{MinMemoryAnnotation: "64Gi"}), nodes))
+}
+
+// verdict is what Filter said about a node that did not pass. The code is its name, so that
+// a failed comparison shows "Unschedulable", not 2.
+type verdict struct {
+	code string
+	msg  string
+}
+
+// filterOnly runs a cycle for a test about Filter: PreFilter must admit the pod, because a
+// PreFilter rejection (or skip) means Filter never ran, and every "this node passes" would
+// then hold without Filter having said so. It returns the verdict on each node Filter
+// rejected; nodes it admitted are absent.
+func filterOnly(t *testing.T, pl *Accelerator, pod *corev1.Pod, nodes []*framework.NodeInfo) map[string]verdict {
+	t.Helper()
+	c := runCycle(t, pl, pod, nodes)
+	require.True(t, c.prefilter.IsSuccess(), "PreFilter must admit %s so that Filter runs; it returned %v: %s",
+		pod.Name, c.prefilter.Code(), c.prefilter.Message())
+	got := map[string]verdict{}
+	for node, s := range c.filter {
+		got[node] = verdict{s.Code().String(), s.Message()}
+	}
+	return got
 }
 
 func TestPreFilterRejectsMalformedAnnotations(t *testing.T) {
