@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	schedulinglisters "k8s.io/client-go/listers/scheduling/v1"
@@ -42,9 +43,12 @@ const (
 	TaskSpecKey  = placement.TaskSpecKey
 )
 
-// Gang implements the gang plugin. Its state is, per group, the wait deadline and the
-// backoff; plans and held pods live in the profile's placement model, and everything else
-// is read from informers.
+// Gang implements the gang plugin. Its state is, per group, the wait deadline, the backoff
+// and the requirement built from the PodGroup; per pod being preempted, the group it makes
+// room for; plans and held pods live in the profile's placement model, the latest verdict
+// on each group in the status writer, and everything else is read from informers. All of
+// it is dropped once the group is gone (see forget), and Tracked reports how much of it
+// there is.
 type Gang struct {
 	handle fwk.Handle
 	args   *Args
@@ -163,7 +167,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 				obj = d.Obj
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
-				g.forgetIfGone(pod)
+				g.forget(placement.GroupKey(pod))
 				g.victimGone(pod)
 			}
 		},
@@ -179,7 +183,14 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 			g.activate(key)
 		}
 	})
+	// Nor does a group whose PodGroup is deleted, once its pods are gone too.
+	groups.OnDelete(g.forget)
 	go g.status.run(ctx)
+	// Events alone cannot prune everything: a cycle in flight when a group's last pod went
+	// (a pod released from Permit because it was deleted, say) can write its group's state
+	// after forget ran, and no later event comes for that group.
+	go wait.UntilWithContext(ctx, func(context.Context) { g.sweep() }, pruneInterval)
+	track(ctx, g)
 	return g, nil
 }
 
@@ -236,15 +247,83 @@ func (g *Gang) placedPods(key string, extra *corev1.Pod) []*corev1.Pod {
 	return out
 }
 
-// forgetIfGone drops what the plugin remembers of a group once no pod of it is left (the
-// model forgets its part by itself).
-func (g *Gang) forgetIfGone(pod *corev1.Pod) {
-	key := placement.GroupKey(pod)
+// pruneInterval is how often sweep looks for state left behind by groups that are gone.
+const pruneInterval = 5 * time.Second
+
+// forget drops what is remembered of a group that is gone. Once no pod of it is left: its
+// scheduling state (the wait deadline, the backoff, the cached requirement, and the model's
+// plan, nomination or reservation, held pods, place among blocked groups and excluded
+// nodes) and its converted PodGroup. Once its PodGroup is gone too: the latest verdict kept
+// for writing the PodGroup's status. A group that still has pods keeps everything.
+func (g *Gang) forget(key string) {
 	if key == "" || len(g.groupPods(key)) > 0 {
 		return
 	}
 	g.mu.Lock()
 	delete(g.states, key)
 	g.mu.Unlock()
+	g.model.Forget(key)
 	g.groups.Forget(key)
+	if _, err := g.groups.GetKey(key); err != nil {
+		// Not found, or its API is not served: there is no PodGroup to write status on.
+		g.status.forget(key)
+	}
+}
+
+// sweep forgets every group any per-group cache remembers that is gone, and every pod
+// being preempted that has left.
+func (g *Gang) sweep() {
+	keys := map[string]bool{}
+	g.mu.Lock()
+	for k := range g.states {
+		keys[k] = true
+	}
+	g.mu.Unlock()
+	for _, k := range g.status.keys() {
+		keys[k] = true
+	}
+	for _, k := range g.model.Keys() {
+		keys[k] = true
+	}
+	for _, k := range g.groups.Converted() {
+		keys[k] = true
+	}
+	for k := range keys {
+		g.forget(k)
+	}
+	g.victimsLeaving("")
+}
+
+// Tracked reports how many entries each of the plugin's caches holds, by cache: groups for
+// the per-group ones (group_state, status_decisions, podgroup_conversions, plans,
+// plan_capacity, held_pods, blocked, excluded_nodes), pods for preemption_victims, nodes for
+// kept_nodes. Each is bounded by the groups (pods, nodes) that exist.
+func (g *Gang) Tracked() map[string]int {
+	g.mu.Lock()
+	states, victims := len(g.states), len(g.victimOf)
+	g.mu.Unlock()
+	m := g.model.Sizes()
+	return map[string]int{
+		"group_state":          states,
+		"status_decisions":     g.status.size(),
+		"podgroup_conversions": len(g.groups.Converted()),
+		"plans":                m.Plans,
+		"plan_capacity":        m.KeptByPlan,
+		"held_pods":            m.Held,
+		"blocked":              m.Blocked,
+		"excluded_nodes":       m.Excluded,
+		"preemption_victims":   victims,
+		"kept_nodes":           m.KeptNodes,
+	}
+}
+
+// waitingPods counts the gang pods the framework holds in Permit.
+func (g *Gang) waitingPods() int {
+	n := 0
+	g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
+		if placement.GroupKey(wp.GetPod()) != "" {
+			n++
+		}
+	})
+	return n
 }

@@ -1,6 +1,10 @@
 package gang
 
 import (
+	"context"
+	"sort"
+	"sync"
+
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
@@ -37,8 +41,74 @@ var (
 		Help:           "What preemption evicted, by kind: group (every pod of a lower-priority group) or pod (a lone pod).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind"})
+
+	// Read at scrape time from the running plugins (see stateCollector).
+	trackedDesc = metrics.NewDesc("berth_gang_tracked_entries",
+		"Entries the gang plugin and its placement model remember, by cache: groups for group_state (wait deadline, backoff, requirement), status_decisions (latest verdict for the PodGroup's status), podgroup_conversions, plans (plans in force: attempts, nominations, the reservation), plan_capacity (what each plan keeps per node), held_pods (groups with pods held), blocked and excluded_nodes; pods for preemption_victims; nodes for kept_nodes. Each is bounded by the groups, pods or nodes that exist: a group's entries go once its pods and PodGroup are gone.",
+		[]string{"cache"}, nil, metrics.ALPHA, "")
+	waitingDesc = metrics.NewDesc("berth_gang_waiting_pods",
+		"Gang pods held in Permit now, waiting for the rest of their group's minimum.",
+		nil, nil, metrics.ALPHA, "")
 )
 
 func init() {
 	legacyregistry.MustRegister(gangsScheduled, gangsRejected, fastPath, preemptions, victimsEvicted)
+	legacyregistry.CustomMustRegister(&stateCollector{})
+}
+
+// running are the plugins of the schedulers running in this process (one per profile; a
+// test may run several schedulers one after another), each until its context ends.
+var running = struct {
+	sync.Mutex
+	gangs map[*Gang]bool
+}{gangs: map[*Gang]bool{}}
+
+func track(ctx context.Context, g *Gang) {
+	running.Lock()
+	running.gangs[g] = true
+	running.Unlock()
+	go func() {
+		<-ctx.Done()
+		running.Lock()
+		delete(running.gangs, g)
+		running.Unlock()
+	}()
+}
+
+// stateCollector reports the running plugins' cache sizes and waiting pods, summed, when
+// scraped: gauges set on every change would cost the hot path and could go stale.
+type stateCollector struct{ metrics.BaseStableCollector }
+
+func (c *stateCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
+	ch <- trackedDesc
+	ch <- waitingDesc
+}
+
+func (c *stateCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	running.Lock()
+	gangs := make([]*Gang, 0, len(running.gangs))
+	for g := range running.gangs {
+		gangs = append(gangs, g)
+	}
+	running.Unlock()
+	sizes := map[string]int{}
+	waiting := 0
+	for _, g := range gangs {
+		for cache, n := range g.Tracked() {
+			sizes[cache] += n
+		}
+		waiting += g.waitingPods()
+	}
+	if len(gangs) == 0 {
+		return
+	}
+	caches := make([]string, 0, len(sizes))
+	for cache := range sizes {
+		caches = append(caches, cache)
+	}
+	sort.Strings(caches)
+	for _, cache := range caches {
+		ch <- metrics.NewLazyConstMetric(trackedDesc, metrics.GaugeValue, float64(sizes[cache]), cache)
+	}
+	ch <- metrics.NewLazyConstMetric(waitingDesc, metrics.GaugeValue, float64(waiting))
 }

@@ -32,9 +32,11 @@ func (g *Gang) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _
 		return
 	}
 	g.model.Unreserve(pod)
+	// Read only: a pod released because it was deleted must not bring back the state of a
+	// group that is gone.
 	g.mu.Lock()
-	st := g.stateLocked(key)
-	timedOut := !st.deadline.IsZero() && !time.Now().Before(st.deadline)
+	st := g.states[key]
+	timedOut := st != nil && !st.deadline.IsZero() && !time.Now().Before(st.deadline)
 	g.mu.Unlock()
 
 	pg, req, err := g.podGroup(pod)

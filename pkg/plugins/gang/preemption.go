@@ -347,13 +347,14 @@ func (g *Gang) markDisruptionTarget(ctx context.Context, p *corev1.Pod, msg stri
 	return err
 }
 
-// victimsLeaving counts the pods preempted for the group that still exist.
+// victimsLeaving counts the pods preempted for the group that still exist (for every
+// group when key is ""), forgetting those that left.
 func (g *Gang) victimsLeaving(key string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := 0
 	for uid, v := range g.victimOf {
-		if v.preemptor != key {
+		if key != "" && v.preemptor != key {
 			continue
 		}
 		if p, err := g.podLister.Pods(v.namespace).Get(v.name); err == nil && p.UID == uid {

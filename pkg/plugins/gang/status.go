@@ -155,6 +155,19 @@ func (w *statusWriter) forget(key string) {
 	w.mu.Unlock()
 }
 
+// keys lists the groups a decision is kept for.
+func (w *statusWriter) keys() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return placement.SortedKeys(w.decisions)
+}
+
+func (w *statusWriter) size() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.decisions)
+}
+
 // sync writes the status derived from the group's pods and the latest decision: on a Volcano
 // PodGroup with the reservation annotation, on the other APIs in their own shape.
 func (w *statusWriter) sync(ctx context.Context, key string) error {

@@ -345,6 +345,50 @@ func (m *Model) Forget(key string) {
 	}
 }
 
+// Sizes are how many groups each of the model's per-group maps holds an entry for, and
+// the nodes capacity is kept on, by map: plans (plans in force, nominations and the
+// reservation included, with what each keeps per node), held (groups with pods held),
+// blocked (refused groups, in the order capacity is owed), excluded (groups with nodes
+// left out of their plans) and keptNodes (nodes any plan keeps capacity on).
+type Sizes struct{ Plans, KeptByPlan, Held, Blocked, Excluded, KeptNodes int }
+
+// Sizes reports the size of each per-group map, so what the model remembers can be checked
+// against the groups that exist.
+func (m *Model) Sizes() Sizes {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Sizes{Plans: len(m.plans), KeptByPlan: len(m.keptByPlan), Held: len(m.held), Blocked: len(m.blocked),
+		Excluded: len(m.excluded), KeptNodes: len(m.kept)}
+}
+
+// Keys lists every group the model remembers anything about, so a caller that learns a
+// group is gone only by looking (a pod deleted while a cycle of its group was in flight
+// can leave an entry behind after Forget) can Forget it.
+func (m *Model) Keys() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[string]bool{}
+	for k := range m.plans {
+		seen[k] = true
+	}
+	for k := range m.keptByPlan {
+		seen[k] = true
+	}
+	for k := range m.held {
+		seen[k] = true
+	}
+	for k := range m.blocked {
+		seen[k] = true
+	}
+	for k := range m.excluded {
+		seen[k] = true
+	}
+	if m.head != "" {
+		seen[m.head] = true
+	}
+	return SortedKeys(seen)
+}
+
 // Reserve records that the scheduler holds the pod on node (Reserve): the pod now counts
 // in the snapshot, so its plan stops keeping room for it.
 func (m *Model) Reserve(pod *corev1.Pod, node string) {
@@ -381,11 +425,17 @@ func (m *Model) Reserve(pod *corev1.Pod, node string) {
 	}
 }
 
-// Unreserve forgets a held pod that was released or failed to bind.
+// Unreserve forgets a held pod that was released or failed to bind; a group left holding
+// nothing leaves no entry, so the map of held pods is as large as the groups holding pods.
 func (m *Model) Unreserve(pod *corev1.Pod) {
 	key := GroupKey(pod)
 	m.mu.Lock()
-	delete(m.held[key], pod.UID)
+	if h := m.held[key]; h != nil {
+		delete(h, pod.UID)
+		if len(h) == 0 {
+			delete(m.held, key)
+		}
+	}
 	m.mu.Unlock()
 }
 

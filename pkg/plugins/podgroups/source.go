@@ -39,6 +39,7 @@ type Source struct {
 	mu        sync.Mutex
 	converted map[string]convertedGroup // key -> the last conversion
 	handlers  []func(key string, specChanged bool)
+	onDelete  []func(key string)
 }
 
 // convertedGroup caches a conversion by the source object's resourceVersion.
@@ -142,6 +143,22 @@ func (s *Source) watch(inf cache.SharedIndexInformer, api API) error {
 				s.notify(key, !equality.Semantic.DeepEqual(oldSpec, newSpec))
 			}
 		},
+		// A deleted group's conversion is dropped here, and whoever keeps state per group
+		// is told, so nothing is remembered of a group that is gone.
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if key, _, ok := keyAndSpec(api, obj); ok {
+				s.Forget(key)
+				s.mu.Lock()
+				hs := s.onDelete
+				s.mu.Unlock()
+				for _, h := range hs {
+					h(key)
+				}
+			}
+		},
 	})
 	return err
 }
@@ -171,6 +188,13 @@ func (s *Source) notify(key string, specChanged bool) {
 func (s *Source) OnChange(f func(key string, specChanged bool)) {
 	s.mu.Lock()
 	s.handlers = append(s.handlers, f)
+	s.mu.Unlock()
+}
+
+// OnDelete registers f to learn of every group that is deleted.
+func (s *Source) OnDelete(f func(key string)) {
+	s.mu.Lock()
+	s.onDelete = append(s.onDelete, f)
 	s.mu.Unlock()
 }
 
@@ -230,11 +254,23 @@ func (s *Source) cached(key, version string, convert func() *volcanov1beta1.PodG
 	return pg
 }
 
-// Forget drops the cached conversion of a group whose pods are gone.
+// Forget drops the cached conversion of a group whose pods or PodGroup are gone.
 func (s *Source) Forget(key string) {
 	s.mu.Lock()
 	delete(s.converted, key)
 	s.mu.Unlock()
+}
+
+// Converted lists the groups whose conversion is cached (groups of the coscheduling and
+// native APIs that were read), so a caller can check them against the groups that exist.
+func (s *Source) Converted() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.converted))
+	for k := range s.converted {
+		out = append(out, k)
+	}
+	return out
 }
 
 // Volcano returns the Volcano client and lister, for the status Berth writes on its own

@@ -2,6 +2,7 @@ package gang
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
@@ -109,39 +111,21 @@ func TestCompetingGangsNeverDeadlock(t *testing.T) {
 	w.eventually("the other gang binds once the first is gone", 30*time.Second, func() bool { n, _ := w.bound(loser); return n == 3 })
 }
 
-// 20 gangs race for a cluster that fits 10: 10 bind fully, the others bind nothing, and a
-// watch over the whole run never sees a bound pod of a group that does not complete, nor a
-// group's bound count go down.
+// 20 gangs race for a cluster that fits 10: 10 bind fully, the others bind nothing. A watch
+// over the whole run sees every bind and deletion: no bound pod is ever deleted or marked for
+// deletion (the test deletes nothing until it ends, so a gang losing a pod is the scheduler
+// evicting it), no pod binds once 10 gangs fill the cluster (that would overcommit a node or
+// leave a group partly bound), and in the end every group has 0 or 3 pods bound.
 func TestTwentyGangsRaceForTen(t *testing.T) {
 	w := newWorld(t)
 	for i := 0; i < 10; i++ {
 		w.addNode(fmt.Sprintf("cpu-%d", i), 0, "3") // 3 pods of 1 CPU each
 	}
-	watcher, err := w.kube.CoreV1().Pods(w.ns).Watch(w.ctx, metav1.ListOptions{})
-	require.NoError(t, err)
-	var mu sync.Mutex
-	bound := map[string]map[string]bool{} // group -> pods seen bound
-	var regressions []string
-	go func() {
-		for ev := range watcher.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			g := p.Labels[labelGroup]
-			mu.Lock()
-			if bound[g] == nil {
-				bound[g] = map[string]bool{}
-			}
-			if p.Spec.NodeName != "" {
-				bound[g][p.Name] = true
-			} else if bound[g][p.Name] {
-				regressions = append(regressions, p.Name)
-			}
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(watcher.Stop)
+	rw := &raceWatch{size: 3, fill: 10, bound: map[string]map[types.UID]string{}, complete: map[string]bool{}}
+	// Registered before the watch, so it runs after the watch has stopped, at the end of
+	// the test: what the watch saw after the check below fails the test too.
+	t.Cleanup(func() { rw.checkLate(t) })
+	follow := w.followPods(rw.observe)
 
 	for i := 0; i < 20; i++ {
 		w.createGang(fmt.Sprintf("g%02d", i), nil, role{name: "server", replicas: 3, cpu: "1"})
@@ -166,24 +150,117 @@ func TestTwentyGangsRaceForTen(t *testing.T) {
 		full, empty, partial := count()
 		return full == 10 && empty == 10 && partial == 0
 	})
+	follow.sync()
+	rw.check(t)
+}
 
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Empty(t, regressions, "a bound pod was seen unbound")
-	for g, pods := range bound {
-		if n := len(pods); n != 0 && n != 3 {
-			t.Errorf("the watch saw %d pods of group %s bound; a group binds 0 or 3", n, g)
+// raceWatch follows the pods of TestTwentyGangsRaceForTen. A group is complete once all its
+// size pods are bound; the race has settled once fill groups are complete, when the cluster
+// is full and nothing else can bind.
+type raceWatch struct {
+	size, fill int
+
+	mu         sync.Mutex
+	bound      map[string]map[types.UID]string // group -> bound pod -> name
+	complete   map[string]bool
+	settled    bool
+	binds      int
+	violations []string
+	reported   int // violations check has reported
+}
+
+func (rw *raceWatch) observe(typ watch.EventType, p *corev1.Pod) {
+	g := p.Labels[labelGroup]
+	if g == "" {
+		return
+	}
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if rw.bound[g] == nil {
+		rw.bound[g] = map[types.UID]string{}
+	}
+	_, wasBound := rw.bound[g][p.UID]
+	switch {
+	case typ == watch.Deleted || p.DeletionTimestamp != nil:
+		what := "deleted"
+		if typ != watch.Deleted {
+			what = "marked for deletion"
+		}
+		if wasBound {
+			rw.violations = append(rw.violations, fmt.Sprintf("bound pod %s of group %s (%d/%d bound, complete: %v) was %s while the test deleted nothing",
+				p.Name, g, len(rw.bound[g]), rw.size, rw.complete[g], what))
+			delete(rw.bound[g], p.UID)
+		} else if typ == watch.Deleted {
+			rw.violations = append(rw.violations, fmt.Sprintf("pod %s of group %s was deleted while the test deleted nothing", p.Name, g))
+		}
+	case p.Spec.NodeName != "" && !wasBound:
+		rw.bound[g][p.UID] = p.Name
+		rw.binds++
+		if rw.settled {
+			rw.violations = append(rw.violations, fmt.Sprintf("pod %s of group %s bound on %s after %d groups filled the cluster (group now %d/%d bound)",
+				p.Name, g, p.Spec.NodeName, rw.fill, len(rw.bound[g]), rw.size))
+		}
+		if len(rw.bound[g]) == rw.size {
+			rw.complete[g] = true
+			rw.settled = rw.settled || len(rw.complete) == rw.fill
 		}
 	}
 }
 
+// check fails the test for every violation seen, for a race the watch did not see settle,
+// and for a group partly bound at the end.
+func (rw *raceWatch) check(t *testing.T) {
+	t.Helper()
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	require.True(t, rw.settled, "the watch saw %d binds and %d complete groups; it must see the %d groups that filled the cluster bind", rw.binds, len(rw.complete), rw.fill)
+	assert.Equal(t, rw.fill*rw.size, rw.binds, "binds the watch saw")
+	rw.reported = len(rw.violations)
+	if len(rw.violations) > 0 {
+		t.Errorf("a gang lost a bound pod, or a pod bound after the cluster was full:\n  %s", strings.Join(rw.violations, "\n  "))
+	}
+	for g, pods := range rw.bound {
+		if n := len(pods); n != 0 && n != rw.size {
+			t.Errorf("group %s ends with %d of its %d pods bound; a group binds 0 or all", g, n, rw.size)
+		}
+	}
+}
+
+// checkLate fails the test for violations seen after check.
+func (rw *raceWatch) checkLate(t *testing.T) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if late := rw.violations[rw.reported:]; len(late) > 0 {
+		t.Errorf("after the race was checked, until the test ended:\n  %s", strings.Join(late, "\n  "))
+	}
+}
+
 // Pods of the default scheduler on the same nodes count: a gang never overcommits a node,
-// and berth-scheduler never touches a pod that names another scheduler.
+// and berth-scheduler never touches a pod that names another scheduler. A watch over the
+// whole test records every bind; the gang's first window ends only once berth-scheduler has
+// tried the gang and refused it for want of GPUs, so "nothing bound" means it looked.
 func TestDefaultSchedulerPodsAreRespected(t *testing.T) {
 	w := newWorld(t)
 	w.startScheduler(5, 1)
 	w.addNode("gpu-a", 8, "64")
 	node := w.ns + "-gpu-a"
+
+	var mu sync.Mutex
+	var binds []string // "pod@node", in the order the watch saw them
+	boundOn := map[string]string{}
+	follow := w.followPods(func(_ watch.EventType, p *corev1.Pod) {
+		mu.Lock()
+		defer mu.Unlock()
+		if p.Spec.NodeName != "" && boundOn[p.Name] == "" {
+			boundOn[p.Name] = p.Spec.NodeName
+			binds = append(binds, p.Name+"@"+strings.TrimPrefix(p.Spec.NodeName, w.ns+"-"))
+		}
+	})
+	bindsSeen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(binds)
+	}
 
 	// Bound by the default scheduler earlier: 6 of the 8 GPUs are taken.
 	taken := &corev1.Pod{
@@ -201,44 +278,83 @@ func TestDefaultSchedulerPodsAreRespected(t *testing.T) {
 	require.NoError(t, err)
 
 	w.createGang("llm-0", nil, role{name: "server", replicas: 1, gpus: 4})
-	w.consistently("the gang does not overcommit the node", quiet, func() bool { n, _ := w.bound("llm-0"); return n == 0 })
+	// The refusal berth-scheduler records on the pod (PodScheduled=False, Unschedulable)
+	// and on the PodGroup (why, in GPUs) shows it tried the gang against gpu-a.
+	w.eventually("berth-scheduler has tried llm-0 and refused it for want of GPUs", 20*time.Second, func() bool {
+		p, err := w.kube.CoreV1().Pods(w.ns).Get(w.ctx, "llm-0-server-0-0", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Empty(t, p.Spec.NodeName, "the gang bound while gpu-a, with 2 GPUs free, was the only node: it overcommitted the node")
+		refused := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				refused = true
+			}
+		}
+		return refused && strings.Contains(unschedulableMessage(w.podGroup("llm-0")), "free "+string(gpu))
+	})
 
 	w.addNode("gpu-b", 8, "64")
 	w.eventually("the gang binds on the new node", 20*time.Second, func() bool { n, _ := w.bound("llm-0"); return n == 1 })
-	p, err := w.kube.CoreV1().Pods(w.ns).Get(w.ctx, "llm-0-server-0-0", metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, w.ns+"-gpu-b", p.Spec.NodeName)
-	p, err = w.kube.CoreV1().Pods(w.ns).Get(w.ctx, "notebook", metav1.GetOptions{})
-	require.NoError(t, err)
-	assert.Empty(t, p.Spec.NodeName, "berth-scheduler bound a pod of the default scheduler")
+	follow.sync()
+	// Had the gang bound on gpu-a (overcommitting it) while it was refused, or anywhere
+	// before gpu-b came, it would show here, in the order the binds happened.
+	require.Equal(t, []string{"training@gpu-a", "llm-0-server-0-0@gpu-b"}, bindsSeen(),
+		"every bind of the test; the notebook pod names another scheduler and must never bind")
 }
 
 // The scheduler restarted while a gang waits in Permit: nothing of the gang was bound, and
-// after the restart the gang completes whole.
+// after the restart the gang completes whole. That the gang's pods were held in Permit when
+// the scheduler stopped, and were held again by the new one, is read off
+// berth_gang_waiting_pods (the framework's waiting pods; no earlier scheduler of this
+// process counts, each stops counting when it stops); a watch over the whole test sees
+// that no pod of the gang binds before the last one is ungated.
 func TestSchedulerRestartWhileGangWaitsInPermit(t *testing.T) {
 	w := newWorld(t)
 	stop := w.startScheduler(120, 1)
 	for i := 0; i < 3; i++ {
 		w.addNode(fmt.Sprintf("gpu-%d", i), 8, "64")
 	}
+	// In the watch's order, which is the apiserver's: a pod of the gang bound before the
+	// third pod's gate was removed was bound while the gang was incomplete.
+	var mu sync.Mutex
+	ungated := false
+	early := map[string]string{}
+	follow := w.followPods(func(_ watch.EventType, p *corev1.Pod) {
+		if p.Labels[labelGroup] != "held" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if p.Name == "held-server-2-0" && len(p.Spec.SchedulingGates) == 0 {
+			ungated = true
+		}
+		if p.Spec.NodeName != "" && !ungated {
+			early[p.Name] = p.Spec.NodeName
+		}
+	})
 	// The third pod exists but is gated, so the first two are placed and held in Permit.
 	w.gated = map[string]bool{"held-server-2-0": true}
 	w.createGang("held", nil, role{name: "server", replicas: 3, gpus: 8})
 
-	// Held pods are visible as the scheduler's waiting pods only; give it time to hold them.
-	w.consistently("nothing binds while the gang is incomplete", quiet, func() bool { n, _ := w.bound("held"); return n == 0 })
+	w.eventually("both ungated pods wait in Permit", 30*time.Second, func() bool { return waitingPods(t) == 2 })
 	stop()
 	n, _ := w.bound("held")
 	require.Zero(t, n, "a held pod was bound when the scheduler stopped")
+	// Then only the new scheduler's holds count.
+	w.eventually("the stopped scheduler no longer reports waiting pods", 10*time.Second, func() bool { return waitingPods(t) == -1 })
 
 	w.startScheduler(120, 1)
-	w.consistently("nothing binds after the restart while the gang is incomplete", quiet, func() bool { n, _ := w.bound("held"); return n == 0 })
-	gated, err := w.kube.CoreV1().Pods(w.ns).Get(w.ctx, "held-server-2-0", metav1.GetOptions{})
-	require.NoError(t, err)
-	gated.Spec.SchedulingGates = nil
-	_, err = w.kube.CoreV1().Pods(w.ns).Update(w.ctx, gated, metav1.UpdateOptions{})
-	require.NoError(t, err)
+	// The new scheduler knows nothing of the old one's holds: it must place and hold the
+	// two pods again, not bind them.
+	w.eventually("the restarted scheduler holds both ungated pods in Permit again", 30*time.Second, func() bool { return waitingPods(t) == 2 })
+	n, _ = w.bound("held")
+	require.Zero(t, n, "a held pod was bound after the restart")
+	w.ungate("held-server-2-0")
 	w.eventually("the gang completes whole after the restart", 30*time.Second, func() bool { n, _ := w.bound("held"); return n == 3 })
+	follow.sync()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, early, "pods of the gang bound (pod: node) while its third pod was gated")
 }
 
 // A gang that cannot complete holds capacity only until its wait timeout: then every held

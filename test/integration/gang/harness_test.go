@@ -14,10 +14,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
@@ -122,6 +126,12 @@ func (w *world) cleanup() {
 // config.yaml), pointed at the test apiserver, with short gang timeouts.
 // It returns a stop function that waits for the scheduler to exit.
 func (w *world) startScheduler(waitSeconds, backoffSeconds int64) (stop func()) {
+	w.t.Helper()
+	return w.startSchedulerWith(map[string]any{"permitWaitingTimeSeconds": waitSeconds, "backoffSeconds": backoffSeconds})
+}
+
+// startSchedulerWith is startScheduler with the gang plugin's args in full.
+func (w *world) startSchedulerWith(gangArgs map[string]any) (stop func()) {
 	t := w.t
 	t.Helper()
 	dir := t.TempDir()
@@ -131,7 +141,7 @@ func (w *world) startScheduler(waitSeconds, backoffSeconds int64) (stop func()) 
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
 	go func() {
-		err := scheduler.RunInProcess(ctx, dir, kubeconfig, map[string]any{"permitWaitingTimeSeconds": waitSeconds, "backoffSeconds": backoffSeconds})
+		err := scheduler.RunInProcess(ctx, dir, kubeconfig, gangArgs)
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("berth-scheduler exited early: %v", err)
 		}
@@ -362,4 +372,130 @@ func names(m map[string]int) string {
 		out = append(out, fmt.Sprintf("%s=%d", k, v))
 	}
 	return strings.Join(out, ",")
+}
+
+// podFollower is a watch of the namespace's pods that lasts as long as the test.
+type podFollower struct {
+	w        *world
+	mu       sync.Mutex
+	cond     *sync.Cond
+	barriers map[string]bool // barrier pods seen
+	ended    bool            // the watch is over
+	n        int
+	stop     func()
+}
+
+// barrierLabel marks the pods sync creates; followPods does not pass them on.
+const barrierLabel = "berth.test/barrier"
+
+// followPods calls handle with every change to the namespace's pods from now until the
+// test ends, in order and without a gap: the pods that exist now first (as Added), then
+// each event. A RetryWatcher resumes from the last resourceVersion when the apiserver
+// closes the watch, so no event is missed; should it end anyway (an error event, or the
+// resourceVersion expired), the test fails, since a guarantee checked on a watch that
+// stopped would pass unseen. The watch ends when the test does, after handle's last call;
+// handle is called from one goroutine.
+func (w *world) followPods(handle func(watch.EventType, *corev1.Pod)) *podFollower {
+	t := w.t
+	t.Helper()
+	f := &podFollower{w: w, barriers: map[string]bool{}}
+	f.cond = sync.NewCond(&f.mu)
+	observe := func(typ watch.EventType, p *corev1.Pod) {
+		if p.Labels[barrierLabel] == "" {
+			handle(typ, p)
+			return
+		}
+		f.mu.Lock()
+		f.barriers[p.Name] = true
+		f.cond.Broadcast()
+		f.mu.Unlock()
+	}
+	list, err := w.kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	for i := range list.Items {
+		observe(watch.Added, &list.Items[i])
+	}
+	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		return w.kube.CoreV1().Pods(w.ns).Watch(ctx, opts)
+	}}
+	rw, err := watchtools.NewRetryWatcherWithContext(w.ctx, list.ResourceVersion, lw)
+	require.NoError(t, err)
+	var stopping atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			f.mu.Lock()
+			f.ended = true
+			f.cond.Broadcast() // wake a sync waiting on a watch that ended
+			f.mu.Unlock()
+		}()
+		events, lastRV := 0, list.ResourceVersion
+		for ev := range rw.ResultChan() {
+			if ev.Type == watch.Error {
+				t.Errorf("the pod watch of %s failed after %d events (resourceVersion %s): %v", w.ns, events, lastRV, apierrors.FromObject(ev.Object))
+				continue
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			events++
+			lastRV = p.ResourceVersion
+			observe(ev.Type, p)
+		}
+		if !stopping.Load() {
+			t.Errorf("the pod watch of %s ended before the test did, after %d events (resourceVersion %s): what followed was not checked", w.ns, events, lastRV)
+		}
+	}()
+	var once sync.Once
+	f.stop = func() {
+		once.Do(func() {
+			stopping.Store(true)
+			rw.Stop()
+			<-done
+		})
+	}
+	t.Cleanup(f.stop)
+	return f
+}
+
+// sync returns once handle has seen every change to the namespace's pods made before sync
+// was called: it creates a pod no scheduler takes and waits for the watch to deliver it
+// (a watch delivers in order), then deletes it.
+func (f *podFollower) sync() {
+	w := f.w
+	w.t.Helper()
+	f.mu.Lock()
+	f.n++
+	name := fmt.Sprintf("barrier-%d", f.n)
+	f.mu.Unlock()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name, Labels: map[string]string{barrierLabel: "true"}},
+		Spec:       corev1.PodSpec{SchedulerName: "berth.test/none", Containers: []corev1.Container{{Name: "c", Image: "barrier"}}},
+	}
+	_, err := w.kube.CoreV1().Pods(w.ns).Create(w.ctx, pod, metav1.CreateOptions{})
+	require.NoError(w.t, err)
+	seen := make(chan struct{})
+	go func() {
+		defer close(seen)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for !f.barriers[name] && !f.ended {
+			f.cond.Wait()
+		}
+	}()
+	select {
+	case <-seen:
+	case <-time.After(60 * time.Second):
+		w.t.Fatalf("the pod watch did not deliver pod %s within a minute of its creation", name)
+	}
+	require.True(w.t, f.seenBarrier(name), "the pod watch ended before it delivered pod %s", name)
+	require.NoError(w.t, w.kube.CoreV1().Pods(w.ns).Delete(w.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}))
+}
+
+func (f *podFollower) seenBarrier(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.barriers[name]
 }

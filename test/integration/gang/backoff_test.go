@@ -1,0 +1,89 @@
+package gang
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+)
+
+// A gang released at its wait timeout backs off, and is tried again when the backoff ends
+// on its own: no node, pod or PodGroup change is needed to wake it. The gang's last pod
+// arrives while it backs off; the attempt that pod starts is turned away ("backing off"),
+// and nothing changes in the cluster afterwards, so the gang binds whole only if the end of
+// the backoff brings it back. (TestWaitTimeoutReleasesHeldCapacity shows what it held is
+// free for others meanwhile.)
+func TestReleasedGangIsRetriedWhenItsBackoffEnds(t *testing.T) {
+	w := newWorld(t)
+	// Hold for 2s; back off for 10s, long enough that the test acts well inside the backoff
+	// even on a loaded machine (the test asserts no duration, only the order of things).
+	w.startScheduler(2, 10)
+	for i := 0; i < 3; i++ {
+		w.addNode(fmt.Sprintf("gpu-%d", i), 8, "64")
+	}
+	// The third pod is gated: the first two are placed and held in Permit until the wait
+	// timeout releases them.
+	const last = "late-server-2-0"
+	w.gated = map[string]bool{last: true}
+	w.createGang("late", nil, role{name: "server", replicas: 3, gpus: 8})
+
+	w.eventually("the PodGroup reports the wait timeout", 20*time.Second, func() bool {
+		return unschedulableReason(w.podGroup("late")) == "WaitTimeout"
+	})
+	n, _ := w.bound("late")
+	require.Zero(t, n, "a pod of an incomplete gang was bound")
+
+	// The gang is complete now, but backing off: the pod's own attempt is refused.
+	ungate(w, last)
+	w.eventually("the last pod's attempt is refused while the gang backs off", 20*time.Second, func() bool {
+		return strings.Contains(scheduledMessage(w, last), "is backing off")
+	})
+	n, _ = w.bound("late")
+	require.Zero(t, n, "the gang bound during its backoff")
+
+	// Nothing else happens in the cluster: the end of the backoff alone retries the gang.
+	w.eventually("the gang binds whole once its backoff ends", 60*time.Second, func() bool { n, _ := w.bound("late"); return n == 3 })
+	w.eventually("the PodGroup reports Running with no refusal", 15*time.Second, func() bool {
+		pg := w.podGroup("late")
+		return pg.Status.Phase == volcanov1beta1.PodGroupRunning && unschedulableMessage(pg) == ""
+	})
+}
+
+// unschedulableReason is the reason of the PodGroup's Unschedulable condition while it is
+// True: what `kubectl describe podgroup` shows for a pending gang.
+func unschedulableReason(pg *volcanov1beta1.PodGroup) string {
+	for _, c := range pg.Status.Conditions {
+		if c.Type == volcanov1beta1.PodGroupUnschedulableType && c.Status == corev1.ConditionTrue {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+// ungate removes a pod's scheduling gates, as the controller that set them would.
+func ungate(w *world, name string) {
+	w.t.Helper()
+	p, err := w.kube.CoreV1().Pods(w.ns).Get(w.ctx, name, metav1.GetOptions{})
+	require.NoError(w.t, err)
+	p.Spec.SchedulingGates = nil
+	_, err = w.kube.CoreV1().Pods(w.ns).Update(w.ctx, p, metav1.UpdateOptions{})
+	require.NoError(w.t, err)
+}
+
+// scheduledMessage is the message of a pod's PodScheduled condition: why the scheduler
+// last refused it.
+func scheduledMessage(w *world, name string) string {
+	p, err := w.kube.CoreV1().Pods(w.ns).Get(w.ctx, name, metav1.GetOptions{})
+	require.NoError(w.t, err)
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return c.Message
+		}
+	}
+	return ""
+}
