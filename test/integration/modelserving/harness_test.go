@@ -14,9 +14,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -136,6 +138,41 @@ func (w *world) eventually(what string, timeout time.Duration, cond func() bool)
 	w.t.Helper()
 	err := wait.PollUntilContextTimeout(w.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
 	require.NoError(w.t, err, "timed out after %s waiting until %s", timeout, what)
+}
+
+// setReady reports a pod's readiness as a kubelet does for its readiness probe: the Ready
+// and ContainersReady conditions and every container's ready flag. The simulated kubelet
+// keeps a pod ready through a container restart, where a real one reports it not ready
+// until the new container passes its probe. A pod already gone is left alone: whoever
+// deleted it is what the caller checks.
+func (w *world) setReady(name string, ready bool) {
+	w.t.Helper()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := kube.CoreV1().Pods(w.ns).Get(w.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		for _, typ := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+			for i := range p.Status.Conditions {
+				if c := &p.Status.Conditions[i]; c.Type == typ && c.Status != status {
+					c.Status, c.LastTransitionTime = status, now
+				}
+			}
+		}
+		for i := range p.Status.ContainerStatuses {
+			p.Status.ContainerStatuses[i].Ready = ready
+		}
+		_, err = kube.CoreV1().Pods(w.ns).UpdateStatus(w.ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	if !apierrors.IsNotFound(err) {
+		require.NoError(w.t, err, "set pod %s ready=%t", name, ready)
+	}
 }
 
 type metav1Condition = metav1.Condition

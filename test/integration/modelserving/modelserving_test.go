@@ -138,9 +138,18 @@ func TestVolcanoPodGroups(t *testing.T) {
 	assert.Equal(t, int32(0), *sg.MinSubGroups)
 	assert.Equal(t, []string{workloadv1alpha1.RoleIDLabel}, sg.MatchLabelKeys)
 	assert.True(t, metav1IsControlledBy(pg, ms), "the PodGroup is owned by the ModelServing")
-	// Volcano is not running here: no pod is bound, and the pods name volcano.
-	for _, p := range w.pods(map[string]string{workloadv1alpha1.GroupNameLabel: "vc-1"}) {
-		assert.Equal(t, "volcano", p.Spec.SchedulerName)
+	// Volcano is not running here: the group's pods name volcano and none is bound. The
+	// controller creates the PodGroup before the pods, so wait for all five: over a short
+	// (or empty) list the loop below would check nothing.
+	var pods []corev1.Pod
+	w.eventually("the 5 pods of vc-1 exist", 30*time.Second, func() bool {
+		pods = w.pods(map[string]string{workloadv1alpha1.GroupNameLabel: "vc-1"})
+		return len(pods) == 5
+	})
+	require.Len(t, pods, 5)
+	for _, p := range pods {
+		assert.Equal(t, "volcano", p.Spec.SchedulerName, "pod %s", p.Name)
+		assert.Empty(t, p.Spec.NodeName, "pod %s is bound, but no scheduler here serves volcano", p.Name)
 	}
 }
 

@@ -22,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -270,8 +272,6 @@ type group struct {
 	nt   *volcanov1beta1.NetworkTopologySpec
 }
 
-func (g group) totalGPUs() int64 { return int64(g.pods) * g.gpus }
-
 // create makes the group's PodGroup and pods.
 func (w *world) create(g group) {
 	w.t.Helper()
@@ -371,7 +371,7 @@ func freeGPUs(t *testing.T, ctx context.Context) map[string]int64 {
 }
 
 // domainCanHold says whether some domain of the tier could take every pod of g, packing
-// whole pods onto nodes (largest first, best fit).
+// whole pods onto nodes.
 func domainCanHold(f *fabric, tier int, free map[string]int64, g group) bool {
 	byDomain := map[string][]int64{}
 	for n, v := range free {
@@ -379,23 +379,86 @@ func domainCanHold(f *fabric, tier int, free map[string]int64, g group) bool {
 		byDomain[d] = append(byDomain[d], v)
 	}
 	for _, frees := range byDomain {
-		sort.Slice(frees, func(i, j int) bool { return frees[i] < frees[j] })
-		left, ok := append([]int64(nil), frees...), true
-		for k := 0; k < g.pods && ok; k++ {
-			ok = false
-			for i := range left {
-				if left[i] >= g.gpus {
-					left[i] -= g.gpus
-					ok = true
-					break
-				}
-			}
-		}
-		if ok {
+		if canHold(frees, g) {
 			return true
 		}
 	}
 	return false
+}
+
+// fabricCanHold says whether the fabric's nodes together could take every pod of g, packing
+// whole pods onto nodes, wherever they are.
+func fabricCanHold(free map[string]int64, g group) bool {
+	var frees []int64
+	for _, v := range free {
+		frees = append(frees, v)
+	}
+	return canHold(frees, g)
+}
+
+// canHold says whether nodes with these free GPUs could take every pod of g, best fit.
+// The pods are all the same size, so best fit places as many as any packing does.
+func canHold(frees []int64, g group) bool {
+	left := append([]int64(nil), frees...)
+	sort.Slice(left, func(i, j int) bool { return left[i] < left[j] })
+	for k := 0; k < g.pods; k++ {
+		ok := false
+		for i := range left {
+			if left[i] >= g.gpus {
+				left[i] -= g.gpus
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// wholeGroups waits until each of the groups (name to number of pods) has all its pods
+// bound or none, and returns the placement. The gang plugin releases a group's pods to
+// bind together, so a group seen part-bound may be between two binds; one still part-bound
+// at the timeout is a broken gang, reported by name. Groups with no pod bound are left to
+// the caller.
+func (w *world) wholeGroups(size map[string]int, timeout time.Duration) map[string][]string {
+	w.t.Helper()
+	var byGroup map[string][]string
+	partial := func() []string {
+		byGroup, _ = w.placement()
+		var out []string
+		for name, nodes := range byGroup {
+			if n, ok := size[name]; ok && len(nodes) != n {
+				out = append(out, name)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	err := wait.PollUntilContextTimeout(w.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return len(partial()) == 0, nil
+	})
+	if err != nil {
+		for _, name := range partial() {
+			w.t.Errorf("group %s has %d of its %d pods bound after %s: a gang binds whole or not at all", name, len(byGroup[name]), size[name], timeout)
+		}
+	}
+	return byGroup
+}
+
+// gangRejections is how many times berth-scheduler's gang plugin has refused a group and
+// put it in backoff, read from the scheduler's metrics (berth_gang_groups_rejected_total,
+// summed over reasons). The scheduler runs in this process, so its registry is this
+// process's.
+func gangRejections(t *testing.T) float64 {
+	byReason, err := testutil.GetCounterValuesFromGatherer(legacyregistry.DefaultGatherer, "berth_gang_groups_rejected_total", nil, "reason")
+	require.NoError(t, err)
+	total := 0.0
+	for _, v := range byReason {
+		total += v
+	}
+	return total
 }
 
 // spansAtMost says whether nodes all sit in one domain of the tier.

@@ -59,13 +59,14 @@ func soft(tier int) *volcanov1beta1.NetworkTopologySpec {
 var gpuSizes = []int64{1, 2, 4, 8}
 
 // hardNeverCrosses: 100 random hard groups, in waves of 20 that overfill the fabric; every
-// group that is bound sits inside one domain of its allowed tier, checked on every pod.
+// group that is bound is bound whole and sits inside one domain of its allowed tier,
+// checked on every pod.
 func hardNeverCrosses(t *testing.T, f *fabric) {
 	rng := rand.New(rand.NewSource(42))
 	placedGroups, crossed := 0, 0
 	for wave := 0; wave < 5; wave++ {
 		w := newWorld(t)
-		tiers := map[string]int{}
+		tiers, sizes := map[string]int{}, map[string]int{}
 		for i := 0; i < 20; i++ {
 			tier := 1 + rng.Intn(2)
 			g := group{name: fmt.Sprintf("g%d-%d", wave, i), pods: 1 + rng.Intn(6), gpus: gpuSizes[rng.Intn(len(gpuSizes))], nt: hard(tier)}
@@ -73,11 +74,13 @@ func hardNeverCrosses(t *testing.T, f *fabric) {
 				// Tier names work as well as numbers.
 				g.nt = &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: "spine"}
 			}
-			tiers[g.name] = tier
+			tiers[g.name], sizes[g.name] = tier, g.pods
 			w.create(g)
 		}
 		w.settled(90 * time.Second)
-		byGroup, _ := w.placement()
+		// Each group's minimum is all its pods: a group with a pod bound has them all bound.
+		// Without this, a gang bound in part would pass on the pods it has.
+		byGroup := w.wholeGroups(sizes, 30*time.Second)
 		for name, nodes := range byGroup {
 			placedGroups++
 			if !spansAtMost(f, tiers[name], nodes) {
@@ -100,7 +103,8 @@ func domains(f *fabric, tier int, nodes []string) []string {
 }
 
 // softStaysInLeaf feeds soft groups one at a time; whenever a leaf could hold a group when
-// it was created, the group must land in one leaf.
+// it was created, the group must land in one leaf. A soft group goes anywhere once no leaf
+// can hold it, so every group the free GPUs can hold must be bound, whole.
 func softStaysInLeaf(t *testing.T, f *fabric) {
 	w := newWorld(t)
 	rng := rand.New(rand.NewSource(7))
@@ -108,21 +112,22 @@ func softStaysInLeaf(t *testing.T, f *fabric) {
 	for i := 0; i < 30; i++ {
 		g := group{name: fmt.Sprintf("soft-%d", i), pods: 1 + rng.Intn(4), gpus: gpuSizes[rng.Intn(len(gpuSizes))], nt: soft(1)}
 		free := freeGPUs(t, w.ctx)
-		var total int64
-		for _, v := range free {
-			total += v
-		}
-		if total < g.totalGPUs() {
-			break
+		if !fabricCanHold(free, g) {
+			// The fabric is too full or too fragmented for this group anywhere: it would only
+			// wait. It is not created, and the next, perhaps smaller, group is tried.
+			t.Logf("group %s (%d×%d GPUs) fits nowhere in the free GPUs; not created", g.name, g.pods, g.gpus)
+			continue
 		}
 		fits := domainCanHold(f, 1, free, g)
 		w.create(g)
-		w.settled(30 * time.Second)
+		// Every group created fits, so each must be bound whole. Stopping quietly at the
+		// first that is not would pass however many groups were left pending.
+		w.eventually(fmt.Sprintf("soft group %s (%d×%d GPUs), which the free GPUs can hold, bound whole", g.name, g.pods, g.gpus), 30*time.Second, func() bool {
+			byGroup, _ := w.placement()
+			return len(byGroup[g.name]) == g.pods
+		})
 		byGroup, _ := w.placement()
 		nodes := byGroup[g.name]
-		if len(nodes) < g.pods {
-			break // the fabric is too fragmented for this group anywhere
-		}
 		if fits {
 			couldHold++
 			if spansAtMost(f, 1, nodes) {
@@ -163,9 +168,27 @@ func onlyAcrossLeaves(t *testing.T, f *fabric) {
 		}
 		return false
 	})
-	time.Sleep(3 * time.Second) // a few backoff rounds
+	// It must stay pending however often it is tried, not just on the first try: wait until
+	// the gang plugin has refused it three more times, each after a backoff, and check it is
+	// still unbound and still refused for its tier. hard-leaf is the only group the scheduler
+	// has to place meanwhile: the fillers are bound by name and earlier tests' namespaces are
+	// gone, so the scheduler's count of refusals counts this group's rounds.
+	refusals := gangRejections(t)
+	w.eventually("three more backoff rounds of hard-leaf, each ending in a refusal", 60*time.Second, func() bool {
+		return gangRejections(t) >= refusals+3
+	})
 	byGroup, _ := w.placement()
 	assert.Empty(t, byGroup["hard-leaf"], "a hard tier-1 group that fits only across leaves must stay pending")
+	pg, err := vc.SchedulingV1beta1().PodGroups(w.ns).Get(w.ctx, "hard-leaf", metav1.GetOptions{})
+	require.NoError(t, err)
+	refused := false
+	for _, c := range pg.Status.Conditions {
+		if c.Type == volcanov1beta1.PodGroupUnschedulableType && c.Status == corev1.ConditionTrue &&
+			strings.Contains(c.Message, "no leaf (tier 1) can hold the group's 2 pods") {
+			refused = true
+		}
+	}
+	assert.True(t, refused, "after its backoff rounds hard-leaf is still refused for its tier: %+v", pg.Status.Conditions)
 
 	_ = vc.SchedulingV1beta1().PodGroups(w.ns).Delete(w.ctx, "hard-leaf", metav1.DeleteOptions{})
 	for k := 0; k < 2; k++ {
