@@ -15,7 +15,8 @@ import (
 
 func main() {
 	var o controller.Options
-	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
+	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "address of the Prometheus /metrics endpoint (\"0\" disables it)")
+	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve /metrics over HTTPS to callers the apiserver authenticates and authorizes for GET /metrics (false: plain HTTP to anyone)")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "run one active controller, elected through the lease berth-controller")
 	flag.DurationVar(&o.AutoscaleSyncPeriod, "autoscale-sync-period", 5*time.Second, "how often each AutoscalingPolicyBinding reads its metrics and decides")

@@ -21,6 +21,7 @@ func main() {
 	policy := string(o.Policy)
 	flag.StringVar(&o.Addr, "addr", o.Addr, "address of the OpenAI API")
 	flag.StringVar(&o.AdminAddr, "admin-addr", ":8081", "address of /metrics, /healthz and /readyz (\"\" disables it)")
+	flag.BoolVar(&o.MetricsAuth, "metrics-auth", true, "serve the admin listener over HTTPS and /metrics only to callers the apiserver authenticates and authorizes for GET /metrics")
 	flag.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serve the API over HTTPS with this certificate (needs --tls-key-file)")
 	flag.StringVar(&o.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file")
 	flag.Int64Var(&o.MaxBodyBytes, "max-body-bytes", o.MaxBodyBytes, "largest request body accepted (413 beyond)")

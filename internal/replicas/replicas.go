@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -170,10 +171,39 @@ type Replica struct {
 // the test failed.
 func Start(t *testing.T, cp *controlplane.ControlPlane, role, name, addr string) *Replica {
 	t.Helper()
+	return StartWith(t, cp, role, name, addr, Options{})
+}
+
+// Options change how StartWith runs a replica.
+type Options struct {
+	// As, when set, is who the replica acts as (impersonated through the admin
+	// credentials): a ServiceAccount, so the apiserver's RBAC judges its every request.
+	As *rest.ImpersonationConfig
+	// Cleanup registers the replica's stop; t.Cleanup when nil. A package that shares one
+	// replica across its tests passes cptest.BeforeStop.
+	Cleanup func(func())
+}
+
+// StartWith is Start with options.
+func StartWith(t *testing.T, cp *controlplane.ControlPlane, role, name, addr string, o Options) *Replica {
+	t.Helper()
 	ensureLeaseNamespace(t, cp)
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "berth-replica-")
+	require.NoError(t, err)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	require.NoError(t, cp.WriteKubeconfig(kubeconfig))
+	if o.As != nil {
+		kc, err := clientcmd.LoadFromFile(kubeconfig)
+		require.NoError(t, err)
+		for _, user := range kc.AuthInfos {
+			user.Impersonate, user.ImpersonateGroups = o.As.UserName, o.As.Groups
+		}
+		require.NoError(t, clientcmd.WriteToFile(*kc, kubeconfig))
+	}
+	cleanup := o.Cleanup
+	if cleanup == nil {
+		cleanup = t.Cleanup
+	}
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	r := &Replica{Name: name, Addr: addr, leading: make(chan struct{}), exited: make(chan struct{}), logPath: filepath.Join(dir, "log")}
@@ -196,7 +226,8 @@ func Start(t *testing.T, cp *controlplane.ControlPlane, role, name, addr string)
 		_ = r.cmd.Wait()
 		close(r.exited)
 	}()
-	t.Cleanup(func() {
+	cleanup(func() {
+		defer os.RemoveAll(dir)
 		r.killed.Store(true)
 		_ = r.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -206,7 +237,7 @@ func Start(t *testing.T, cp *controlplane.ControlPlane, role, name, addr string)
 			<-r.exited
 		}
 		_ = logFile.Close()
-		if t.Failed() {
+		if o.Cleanup == nil && t.Failed() {
 			if out, err := os.ReadFile(r.logPath); err == nil {
 				lines := strings.Split(string(out), "\n")
 				t.Logf("%s log (last 40 lines):\n%s", r.Name, strings.Join(lines[max(0, len(lines)-40):], "\n"))

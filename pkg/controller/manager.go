@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -38,7 +39,11 @@ import (
 
 // Options configure the manager.
 type Options struct {
-	MetricsAddr      string // "0" disables the metrics server
+	MetricsAddr string // "0" disables the metrics server
+	// MetricsSecure serves /metrics over HTTPS (a self-signed certificate) and only to
+	// callers the apiserver authenticates (TokenReview) and authorizes for GET /metrics
+	// (SubjectAccessReview): the series name ModelServings of every namespace.
+	MetricsSecure    bool
 	ProbeAddr        string // "" or "0" disables health probes
 	LeaderElection   bool
 	LeaderElectionNS string
@@ -83,9 +88,13 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	// default content type JSON so CRD kinds and core kinds share one client setup.
 	cfg = rest.CopyConfig(cfg)
 	cfg.ContentType = ""
+	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		metrics.SecureServing, metrics.FilterProvider = true, filters.WithAuthenticationAndAuthorization
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                 metrics,
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        "berth-controller",

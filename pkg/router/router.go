@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 
 	"github.com/berth-sh/berth/pkg/router/pick"
@@ -36,6 +35,14 @@ type Options struct {
 	// AdminAddr serves /metrics, /healthz and /readyz ("" disables it; the API listener
 	// serves /healthz and /readyz too).
 	AdminAddr string
+	// MetricsAuth guards the admin listener's /metrics as kube-apiserver guards its own: a
+	// request needs a bearer token the apiserver authenticates (TokenReview) and authorizes
+	// for GET on the non-resource URL /metrics (SubjectAccessReview). The series name routes,
+	// servers and pods of every namespace, so without it anyone who reaches the port learns
+	// them. The admin listener is then HTTPS with a self-signed certificate, so tokens never
+	// cross the network in the clear; its /healthz and /readyz stay open (the API listener
+	// serves them too, and the kubelet probes that one).
+	MetricsAuth bool
 	// TLSCertFile and TLSKeyFile, when both set, make the API listener HTTPS.
 	TLSCertFile, TLSKeyFile string
 	// MaxBodyBytes bounds a request body (413 beyond it).
@@ -94,6 +101,7 @@ func (o *Options) Defaults() {
 
 // Router serves requests. Create with New, run with Run.
 type Router struct {
+	cfg     *rest.Config
 	opts    Options
 	log     logr.Logger
 	view    *view.View
@@ -127,7 +135,7 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	p := proxy.New(o.UpstreamTLS)
 	scrapeClient := &http.Client{Transport: p.Client().Transport, Timeout: max(o.ScrapeInterval, 500*time.Millisecond)}
 	r := &Router{
-		opts: o, log: log, view: v, picker: picker, proxy: p,
+		cfg: cfg, opts: o, log: log, view: v, picker: picker, proxy: p,
 		scraper: scrape.New(o.ScrapeInterval, scrapeClient),
 		local:   ratelimit.NewLocal(time.Now),
 		redis:   ratelimit.NewClients(),
@@ -235,11 +243,7 @@ func (r *Router) Run(ctx context.Context) error {
 		errc <- err
 	}()
 	if r.opts.AdminAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(r.metrics.registry, promhttp.HandlerOpts{}))
-		r.health(mux)
-		admin := &http.Server{Handler: mux, ReadHeaderTimeout: r.opts.ReadHeaderTimeout}
-		aln, err := net.Listen("tcp", r.opts.AdminAddr)
+		admin, aln, err := r.adminServer()
 		if err != nil {
 			ln.Close()
 			return err

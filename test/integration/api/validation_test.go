@@ -352,11 +352,22 @@ func TestValidationRejectsBadInput(t *testing.T) {
 			dig(o, "spec", "inferenceConfig")["flavors"] = fl
 		}, "spec.inferenceConfig.flavors", "must have at most 8 items"},
 	}
-	require.GreaterOrEqual(t, len(cases), 25)
+	require.GreaterOrEqual(t, len(cases), 40, "the issue asks for at least 40 bad objects across every kind")
 
 	c := newClient(t)
 	ns := newNamespace(t, c)
 	ctx := context.Background()
+	// One valid object of every kind beside the bad ones: a rejection must change none of
+	// them (checked by resourceVersion after every case).
+	var bystanders []*unstructured.Unstructured
+	for _, base := range []string{validModelServing, validModelBooster, validPolicy, validBinding, validRoute, validServer,
+		validVariant, validPlayground, validService, validBackendRuntime, validOpenModel} {
+		obj := decodeYAML(t, base)[0]
+		obj.SetNamespace(ns)
+		obj.SetName("bystander")
+		require.NoError(t, c.Create(ctx, obj), "bystander %s", obj.GetKind())
+		bystanders = append(bystanders, obj)
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := decodeYAML(t, tc.base)
@@ -377,6 +388,12 @@ func TestValidationRejectsBadInput(t *testing.T) {
 			got := &unstructured.Unstructured{}
 			got.SetGroupVersionKind(obj.GroupVersionKind())
 			assert.True(t, apierrors.IsNotFound(c.Get(ctx, keyOf(obj), got)), "a rejected object must not be stored")
+			for _, b := range bystanders {
+				now := &unstructured.Unstructured{}
+				now.SetGroupVersionKind(b.GroupVersionKind())
+				require.NoError(t, c.Get(ctx, keyOf(b), now))
+				assert.Equal(t, b.GetResourceVersion(), now.GetResourceVersion(), "the rejected %s changed the %s beside it", obj.GetKind(), b.GetKind())
+			}
 		})
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/go-logr/logr"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -31,16 +32,16 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/replicas"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/router"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -59,6 +60,7 @@ rules:
 `
 
 func TestMain(m *testing.M) {
+	replicas.RunIfReplica()
 	dir, err := os.MkdirTemp("", "berth-rbac-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -198,9 +200,33 @@ func waitAuthorizerCaughtUp(t *testing.T, objs []*unstructured.Unstructured) {
 
 // system is what the test talks to: admin clients, and the Berth components it started.
 type system struct {
-	kube       kubernetes.Interface // admin
-	cl         client.Client        // admin
-	components map[string]component
+	kube              kubernetes.Interface // admin
+	cl                client.Client        // admin
+	components        map[string]component
+	scheduler         *replicas.Replica
+	controllerMetrics string // host:port of berth-controller's HTTPS /metrics
+	router            *router.Router
+}
+
+var (
+	systemOnce sync.Once
+	shared     *system
+)
+
+// sharedSystem starts the system once for the package (see startSystem).
+func sharedSystem(t *testing.T) *system {
+	systemOnce.Do(func() { shared = startSystem(t) })
+	require.NotNil(t, shared, "the system did not start")
+	return shared
+}
+
+// freeAddr is a loopback address with a port free right now, for a listener that cannot
+// report the port it picked.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // startSystem applies the shipped RBAC and starts berth-scheduler and berth-controller as
@@ -218,36 +244,22 @@ func startSystem(t *testing.T) *system {
 	var running sync.WaitGroup
 	cptest.BeforeStop(func() { cancel(); running.Wait() })
 
-	// berth-scheduler reads a kubeconfig: the admin one, impersonating its ServiceAccount.
-	// Leader election stays off (RunInProcess): kube-scheduler calls os.Exit(0) when its
-	// context ends while it leads, which would end the test binary with success.
-	dir, err := os.MkdirTemp("", "berth-rbac-scheduler-")
-	require.NoError(t, err)
-	adminKubeconfig := filepath.Join(dir, "admin.kubeconfig")
-	require.NoError(t, cp.WriteKubeconfig(adminKubeconfig))
-	kc, err := clientcmd.LoadFromFile(adminKubeconfig)
-	require.NoError(t, err)
-	as := s.components["berth-scheduler"].impersonate()
-	for _, user := range kc.AuthInfos {
-		user.Impersonate, user.ImpersonateGroups = as.UserName, as.Groups
-	}
-	schedulerKubeconfig := filepath.Join(dir, "scheduler.kubeconfig")
-	require.NoError(t, clientcmd.WriteToFile(*kc, schedulerKubeconfig))
-	running.Add(1)
-	go func() {
-		defer running.Done()
-		defer os.RemoveAll(dir)
-		if err := scheduler.RunInProcess(ctx, dir, schedulerKubeconfig, nil); err != nil && ctx.Err() == nil {
-			panic(fmt.Sprintf("berth-scheduler exited: %v", err))
-		}
-	}()
+	// berth-scheduler as its ServiceAccount, leader election on (lease
+	// berth-system/berth-scheduler, as shipped), so the lease permissions are exercised too.
+	// It runs as a process of its own: kube-scheduler calls os.Exit(0) when its context ends
+	// while it leads, which in-process would end the test binary.
+	s.scheduler = replicas.StartWith(t, cp, replicas.Scheduler, "berth-scheduler", "", replicas.Options{
+		As: ptr.To(s.components["berth-scheduler"].impersonate()), Cleanup: cptest.BeforeStop})
 
 	// berth-controller as its ServiceAccount, electing a leader as it does when deployed, so
 	// the lease permissions are exercised too.
 	ctrl := s.components["berth-controller"]
 	ccfg := cp.RESTConfig()
 	ccfg.Impersonate = ctrl.impersonate()
-	mgr, err := controller.NewManager(ccfg, controller.Options{MetricsAddr: "0", LeaderElection: true, LeaderElectionNS: ctrl.namespace})
+	// Its metrics as shipped: HTTPS, for callers the apiserver authorizes (--metrics-secure).
+	s.controllerMetrics = freeAddr(t)
+	mgr, err := controller.NewManager(ccfg, controller.Options{MetricsAddr: s.controllerMetrics, MetricsSecure: true,
+		LeaderElection: true, LeaderElectionNS: ctrl.namespace})
 	require.NoError(t, err)
 	running.Add(1)
 	go func() {
@@ -260,7 +272,7 @@ func startSystem(t *testing.T) *system {
 	// berth-router as its ServiceAccount: it must be able to watch routes, servers and pods.
 	rcfg := cp.RESTConfig()
 	rcfg.Impersonate = s.components["berth-router"].impersonate()
-	rt, err := router.New(rcfg, router.Options{Addr: "127.0.0.1:0"}, logr.Discard())
+	rt, err := router.New(rcfg, router.Options{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", MetricsAuth: true}, logr.Discard())
 	require.NoError(t, err)
 	running.Add(1)
 	go func() {
@@ -274,6 +286,7 @@ func startSystem(t *testing.T) *system {
 	case <-time.After(30 * time.Second):
 		t.Fatal("berth-router, as its ServiceAccount, did not sync routes, servers and pods within 30s")
 	}
+	s.router = rt
 
 	kubelet := sim.NewKubelet(s.kube, 200*time.Millisecond)
 	running.Add(1)

@@ -16,7 +16,9 @@ import (
 	"sigs.k8s.io/yaml"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/routestatus"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -50,7 +52,7 @@ spec:
 // bring a gang-scheduled, topology-confined ModelServing to Available, and the apiserver
 // refuses none of their requests.
 func TestShippedRBACServesAModel(t *testing.T) {
-	s := startSystem(t)
+	s := sharedSystem(t)
 	ctx := context.Background()
 	ns := "rbac"
 	_, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -162,6 +164,50 @@ spec:
 		return s.cl.Get(ctx, client.ObjectKeyFromObject(ms), got) == nil && *got.Spec.Replicas == 3, nil
 	})
 	require.NoError(t, err, "the autoscaler did not scale the ModelServing to its binding's minimum 3")
+
+	// Route status, with the same rights: a ModelServer selecting the pods and a ModelRoute
+	// naming it get their conditions (modelservers/status, modelroutes/status, events).
+	for _, doc := range []string{`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelServer
+metadata: {name: llm}
+spec:
+  inferenceEngine: vLLM
+  workloadSelector: {matchLabels: {modelserving.volcano.sh/name: llm}}
+`, `
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: llm}
+spec:
+  modelName: rbac-llm
+  rules: [{targetModels: [{modelServerName: llm}]}]
+`} {
+		var obj client.Object = &networkingv1alpha1.ModelServer{}
+		if strings.Contains(doc, "kind: ModelRoute") {
+			obj = &networkingv1alpha1.ModelRoute{}
+		}
+		require.NoError(t, yaml.UnmarshalStrict([]byte(doc), obj))
+		obj.SetNamespace(ns)
+		require.NoError(t, s.cl.Create(ctx, obj))
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var server networkingv1alpha1.ModelServer
+		var route networkingv1alpha1.ModelRoute
+		if s.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llm"}, &server) != nil || s.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llm"}, &route) != nil {
+			return false, nil
+		}
+		return conditionTrue(server.Status.Conditions, routestatus.ConditionWorkloadsFound) &&
+			conditionTrue(route.Status.Conditions, routestatus.ConditionResolvedRefs), nil
+	})
+	require.NoError(t, err, "berth-controller did not write the ModelServer's and ModelRoute's conditions")
+
+	// Leader election as shipped: each component holds its own lease in berth-system.
+	for _, name := range []string{"berth-scheduler", "berth-controller"} {
+		lease, err := s.kube.CoordinationV1().Leases("berth-system").Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err, "lease berth-system/%s", name)
+		require.NotNil(t, lease.Spec.HolderIdentity, "lease berth-system/%s has no holder", name)
+		assert.NotEmpty(t, *lease.Spec.HolderIdentity, "lease berth-system/%s has no holder", name)
+	}
 
 	// Nothing either component asked for was refused, even where it did not block serving
 	// (events, status writes, the lease). The request counts show the audit log saw both

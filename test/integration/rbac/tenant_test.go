@@ -1,0 +1,150 @@
+package rbac
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/controller"
+)
+
+// A ServiceAccount of another namespace learns nothing of a tenant's objects through Berth:
+// not through the apiserver (the shipped roles are bound to Berth's own ServiceAccounts
+// only), not through berth-controller's or berth-router's /metrics (whose series name
+// ModelServings, routes, servers and pods of every namespace: only callers the apiserver
+// authorizes for GET /metrics, as ClusterRole berth-metrics-reader grants, read them), and
+// not through berth-router's API port (it proxies nothing to the apiserver). A caller that
+// was granted berth-metrics-reader does read them, so the refusals are not a broken endpoint.
+func TestAnotherNamespaceCannotReadOurObjects(t *testing.T) {
+	s := sharedSystem(t)
+	ctx := context.Background()
+	for _, ns := range []string{"owner", "intruder", "monitoring"} {
+		_, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	// The owner's ModelServing: berth-controller's series name its namespace once it acts.
+	ms := &workloadv1alpha1.ModelServing{}
+	require.NoError(t, yaml.UnmarshalStrict([]byte(servingManifest), ms))
+	ms.Namespace, ms.Name = "owner", "owner-llm"
+	require.NoError(t, s.cl.Create(ctx, ms))
+
+	intruder := serviceAccountToken(t, s.kube, "intruder", "reader")
+	prometheus := serviceAccountToken(t, s.kube, "monitoring", "prometheus")
+	_, err := s.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-berth-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "berth-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "monitoring", Name: "prometheus"}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// Through the apiserver: every kind Berth serves is refused to the intruder.
+	cfg := rest.AnonymousClientConfig(cp.RESTConfig())
+	cfg.BearerToken = intruder
+	as, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	require.NoError(t, err)
+	for _, list := range []client.ObjectList{&workloadv1alpha1.ModelServingList{}, &networkingv1alpha1.ModelRouteList{},
+		&networkingv1alpha1.ModelServerList{}, &volcanov1beta1.PodGroupList{}, &corev1.PodList{}} {
+		err := as.List(ctx, list, client.InNamespace("owner"))
+		assert.True(t, apierrors.IsForbidden(err), "the intruder listed %T in namespace owner: %v", list, err)
+	}
+
+	// Through the components' metrics. The filter caches reviews for a while, and the
+	// prometheus binding may take a moment to reach the authorizer: poll for the grant.
+	endpoints := map[string]string{
+		"berth-controller": "https://" + s.controllerMetrics + "/metrics",
+		"berth-router":     "https://" + s.router.AdminAddr() + "/metrics",
+	}
+	for name, url := range endpoints {
+		code, body := getWithToken(t, url, "")
+		assert.Equal(t, http.StatusUnauthorized, code, "%s /metrics without a token: %s", name, short(body))
+		code, body = getWithToken(t, url, intruder)
+		assert.Equal(t, http.StatusForbidden, code, "%s /metrics for a ServiceAccount of another namespace: %s", name, short(body))
+		assert.NotContains(t, body, "owner", "%s /metrics refused the intruder yet named the owner's objects", name)
+		// The reader is let in, and (for berth-controller, once it acted on the owner's
+		// ModelServing) reads series that name the owner's namespace: what the intruder was
+		// refused is worth refusing.
+		want := "# TYPE"
+		if name == "berth-controller" {
+			want = `namespace="owner"`
+		}
+		var granted string
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, granted = getWithToken(t, url, prometheus)
+			if (code == http.StatusOK && strings.Contains(granted, want)) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		require.Equal(t, http.StatusOK, code, "%s /metrics for a ServiceAccount bound to berth-metrics-reader: %s", name, short(granted))
+		assert.Contains(t, granted, want, "%s /metrics for the reader", name)
+	}
+
+	// Through berth-router's API port: paths of the Kubernetes API and debug handlers are
+	// not served, with or without a token.
+	for _, path := range []string{"/apis/workload.serving.volcano.sh/v1alpha1/namespaces/owner/modelservings",
+		"/api/v1/namespaces/owner/pods", "/debug/pprof/", "/metrics"} {
+		code, body := getWithToken(t, "http://"+s.router.Addr()+path, intruder)
+		assert.Equal(t, http.StatusNotFound, code, "berth-router's API port served %s: %s", path, short(body))
+		assert.NotContains(t, body, "owner-llm", "berth-router's API port answered %s with the owner's object", path)
+	}
+}
+
+// serviceAccountToken creates ServiceAccount ns/name and returns a token the apiserver
+// issues it (TokenRequest), as a pod of that ServiceAccount would mount.
+func serviceAccountToken(t *testing.T, kube kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	_, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}}, metav1.CreateOptions{})
+	require.NoError(t, err, "a token for %s/%s", ns, name)
+	return tr.Status.Token
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// getWithToken GETs url (HTTPS with the components' self-signed certificates accepted: the
+// point is who may read, not the certificate) with the bearer token, if any.
+func getWithToken(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed test certificates
+	resp, err := c.Do(req)
+	require.NoError(t, err, "GET %s", url)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(body))
+}
+
+// short keeps a failure message readable when a body is a whole metrics page.
+func short(s string) string {
+	if len(s) > 300 {
+		return s[:300] + "…"
+	}
+	return s
+}
