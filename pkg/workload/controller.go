@@ -52,9 +52,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	ms := &workloadv1alpha1.ModelServing{}
 	if err := r.Get(ctx, req.NamespacedName, ms); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone: drop its series, or /metrics grows with every ModelServing ever seen.
+			forgetModelServing(req.Namespace, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if ms.DeletionTimestamp != nil {
+		// Its status is no longer kept, so its series would only go stale.
+		forgetModelServing(ms.Namespace, ms.Name)
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
 	}
 	revision, err := r.ensureRevision(ctx, ms)
@@ -109,6 +115,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if wait > 0 && (requeue == 0 || wait < requeue) {
 			requeue = wait
 		}
+	}
+	if err := r.pruneServices(ctx, ms, groups); err != nil {
+		return ctrl.Result{}, err
 	}
 	if err := r.pruneRevisions(ctx, ms, revision, groups); err != nil {
 		return ctrl.Result{}, err

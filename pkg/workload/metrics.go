@@ -25,3 +25,8 @@ var (
 func init() {
 	metrics.Registry.MustRegister(reconcileSeconds, groupsByState, recoveries)
 }
+
+// forgetModelServing deletes a ModelServing's per-ModelServing series.
+func forgetModelServing(namespace, name string) {
+	groupsByState.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "modelserving": name})
+}
