@@ -157,25 +157,13 @@ func Accepted(mr *networkingv1alpha1.ModelRoute, all []networkingv1alpha1.ModelR
 			routes = append(routes, &all[i])
 		}
 	}
-	sort.SliceStable(routes, func(i, j int) bool { return servedBefore(routes[i], routes[j]) })
-	if len(routes) > 0 && servedBefore(routes[0], mr) {
+	sort.SliceStable(routes, func(i, j int) bool { return match.ServedBefore(routes[i], routes[j]) })
+	if len(routes) > 0 && match.ServedBefore(routes[0], mr) {
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonModelNameInUse
 		c.Message = fmt.Sprintf("spec.modelName: model %q is already served by the older ModelRoute %s/%s; berth-router sends this model's requests there, never here",
 			mr.Spec.ModelName, routes[0].Namespace, routes[0].Name)
 	}
 	return c
-}
-
-// servedBefore is the router's order among routes sharing a model name: oldest first, then
-// by namespace/name (pkg/router/match).
-func servedBefore(a, b *networkingv1alpha1.ModelRoute) bool {
-	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-		return a.CreationTimestamp.Before(&b.CreationTimestamp)
-	}
-	if a.Namespace != b.Namespace {
-		return a.Namespace < b.Namespace
-	}
-	return a.Name < b.Name
 }
 
 // ResolvedRefs is the route's ResolvedRefs condition: False, naming each field, when a

@@ -91,16 +91,7 @@ func (m *stringMatch) matches(v string) bool {
 // router replica picks the same one.
 func NewTable(routes []*networkingv1alpha1.ModelRoute) (*Table, []error) {
 	sorted := append([]*networkingv1alpha1.ModelRoute(nil), routes...)
-	sort.SliceStable(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		return a.Name < b.Name
-	})
+	sort.SliceStable(sorted, func(i, j int) bool { return ServedBefore(sorted[i], sorted[j]) })
 	t := &Table{byModel: map[string][]*route{}, byLora: map[string][]*route{}}
 	var errs []error
 	seen := map[string]bool{}
@@ -127,6 +118,18 @@ func NewTable(routes []*networkingv1alpha1.ModelRoute) (*Table, []error) {
 	}
 	sort.Strings(t.models)
 	return t, errs
+}
+
+// ServedBefore is the order among routes sharing a model name: oldest first, then by
+// namespace/name. The first is the one that serves the name.
+func ServedBefore(a, b *networkingv1alpha1.ModelRoute) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
 }
 
 func compile(mr *networkingv1alpha1.ModelRoute) (*route, error) {
