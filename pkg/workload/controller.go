@@ -119,6 +119,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.pruneServices(ctx, ms, groups); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.prunePodGroups(ctx, ms, groups); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.pruneRevisions(ctx, ms, revision, groups); err != nil {
 		return ctrl.Result{}, err
 	}
