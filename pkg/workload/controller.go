@@ -35,6 +35,9 @@ type Reconciler struct {
 
 // SetupWithManager registers the reconciler and what it watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := indexOwned(context.Background(), mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		// ModelServings are independent of each other; several reconcile at once.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).

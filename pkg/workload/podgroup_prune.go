@@ -26,7 +26,7 @@ func (r *Reconciler) prunePodGroups(ctx context.Context, ms *workloadv1alpha1.Mo
 		}
 	}
 	var list volcanov1beta1.PodGroupList
-	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace)); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingFields{controllerUIDIndex: string(ms.UID)}); err != nil {
 		return err
 	}
 	for i := range list.Items {

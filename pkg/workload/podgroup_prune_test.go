@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
@@ -32,6 +33,7 @@ func TestReconcileDeletesPodGroupsOfGroupsThatAreGone(t *testing.T) {
 	foreign.UID = types.UID("pg-llm-2")
 	foreign.OwnerReferences = nil
 	cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
+		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).
 		WithStatusSubresource(&workloadv1alpha1.ModelServing{}).WithObjects(ms, leftover, foreign).Build()
 	events := record.NewFakeRecorder(100)
 	r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: events}

@@ -43,8 +43,7 @@ func wantedServices(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGr
 // those transitions, also removes any Service a failed or interrupted pass left behind.
 func (r *Reconciler) pruneServices(ctx context.Context, ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup) error {
 	var list corev1.ServiceList
-	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace),
-		client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingFields{controllerUIDIndex: string(ms.UID)}); err != nil {
 		return err
 	}
 	want := wantedServices(ms, groups)

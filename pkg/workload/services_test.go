@@ -96,6 +96,7 @@ func TestReconcileDeletesServicesNoRoleReplicaNeeds(t *testing.T) {
 			foreign.OwnerReferences = nil
 			objs = append(objs, foreign)
 			cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
+				WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).
 				WithStatusSubresource(&workloadv1alpha1.ModelServing{}).WithObjects(objs...).Build()
 			events := record.NewFakeRecorder(100)
 			r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: events}
@@ -172,7 +173,8 @@ func TestReconcileForgetsSeriesOfDeletedModelServing(t *testing.T) {
 	terminating.Name = "terminating"
 	terminating.Finalizers = []string{"test/hold"}
 	terminating.DeletionTimestamp = ptr.To(metav1.Now())
-	cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).WithObjects(terminating).Build()
+	cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
+		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).WithObjects(terminating).Build()
 	r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: record.NewFakeRecorder(10)}
 
 	for _, name := range []string{"gone", "terminating"} {
