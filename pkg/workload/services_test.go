@@ -87,7 +87,7 @@ func TestReconcileDeletesServicesNoRoleReplicaNeeds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			objs := []client.Object{tc.ms}
+			var objs []client.Object
 			for _, h := range tc.have {
 				objs = append(objs, service(tc.ms, h[0], h[1]))
 			}
@@ -95,14 +95,7 @@ func TestReconcileDeletesServicesNoRoleReplicaNeeds(t *testing.T) {
 			foreign := service(tc.ms, 0, 7)
 			foreign.OwnerReferences = nil
 			objs = append(objs, foreign)
-			cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
-				WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).
-				WithStatusSubresource(&workloadv1alpha1.ModelServing{}).WithObjects(objs...).Build()
-			events := record.NewFakeRecorder(100)
-			r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: events}
-			_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.ms)})
-			require.NoError(t, err)
-			defer forgetModelServing("ns", "llm")
+			cl, events := reconcileOnce(t, tc.ms, objs...)
 
 			var list corev1.ServiceList
 			require.NoError(t, cl.List(ctx, &list, client.InNamespace("ns")))
@@ -113,9 +106,8 @@ func TestReconcileDeletesServicesNoRoleReplicaNeeds(t *testing.T) {
 			sort.Strings(names)
 			assert.Equal(t, append(append([]string{}, tc.want...), "llm-0-server-7"), names)
 
-			close(events.Events)
 			var deleted []string
-			for e := range events.Events {
+			for _, e := range events {
 				if strings.HasPrefix(e, "Normal DeleteService ") {
 					deleted = append(deleted, strings.TrimSuffix(strings.Fields(e)[5], ":"))
 				}
@@ -124,6 +116,27 @@ func TestReconcileDeletesServicesNoRoleReplicaNeeds(t *testing.T) {
 			assert.Equal(t, tc.deleted, deleted, "one DeleteService event per Service deleted")
 		})
 	}
+}
+
+// reconcileOnce runs one pass of the ModelServing reconciler over a fake client holding ms
+// and objs (with the cache index the reconciler lists through), and returns the client and
+// the events the pass sent. The ModelServing's series are dropped when the test ends.
+func reconcileOnce(t *testing.T, ms *workloadv1alpha1.ModelServing, objs ...client.Object) (client.Client, []string) {
+	t.Helper()
+	cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
+		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).
+		WithStatusSubresource(&workloadv1alpha1.ModelServing{}).WithObjects(append([]client.Object{ms}, objs...)...).Build()
+	recorder := record.NewFakeRecorder(100)
+	r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: recorder}
+	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ms)})
+	require.NoError(t, err)
+	t.Cleanup(func() { forgetModelServing(ms.Namespace, ms.Name) })
+	close(recorder.Events)
+	var events []string
+	for e := range recorder.Events {
+		events = append(events, e)
+	}
+	return cl, events
 }
 
 // An entry pod left on an old revision whose role has no workers in the new template keeps
