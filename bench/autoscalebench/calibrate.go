@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/berth-sh/berth/internal/quantile"
 )
 
 // calibrate loads one replica (no autoscaler) at each of -calibrate's request rates for 3
@@ -44,7 +45,7 @@ func calibrate(ctx context.Context, o options, rc runConfig, log *os.File) (*res
 			waiting = append(waiting, l.waiting)
 		}
 		fmt.Fprintf(&b, "| %.2f | %s | %s | %s | %d of %d | %.1f | %d | %.1f | %.2f |\n", rate, secs(s.p50), secs(s.p90), secs(s.p99),
-			s.violationSeconds, int(tc.length.Seconds()), mean(running), p90int(running), mean(waiting), s.cpuCores)
+			s.violationSeconds, int(tc.length.Seconds()), mean(running), quantile.Of(running, 0.9), mean(waiting), s.cpuCores)
 		if log != nil {
 			fmt.Fprintf(log, "%s rate %.2f done\n", time.Now().Format("15:04:05"), rate)
 		}
@@ -61,13 +62,4 @@ func mean(xs []int) float64 {
 		t += x
 	}
 	return float64(t) / float64(len(xs))
-}
-
-func p90int(xs []int) int {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[min(len(s)-1, (len(s)*9+9)/10-1)]
 }

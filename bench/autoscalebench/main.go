@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/internal/quantile"
 	"github.com/berth-sh/berth/pkg/autoscale"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
@@ -348,7 +349,7 @@ func render(o options, rc runConfig, res *result) string {
 	for _, s := range meds {
 		b.WriteString(tableRow(label(s.name), s))
 	}
-	vr, rr := median(res.ratios), median(res.rsRatio)
+	vr, rr := quantile.Median(res.ratios), quantile.Median(res.rsRatio)
 	fmt.Fprintf(&b, "\nBerth ÷ baseline: SLO-violation seconds %.2f, replica-seconds %.2f", vr, rr)
 	if len(res.byRun) > 1 {
 		var per []string
@@ -397,17 +398,17 @@ func medians(byRun [][]summary) []summary {
 			}
 		}
 		m := byRun[0][i]
-		m.violationSeconds = int(median(f[0]))
-		m.replicaSeconds = median(f[1])
-		m.served, m.failed = int(median(f[2])), int(median(f[3]))
-		m.p50, m.p90, m.p99 = time.Duration(median(f[4])), time.Duration(median(f[5])), time.Duration(median(f[6]))
-		m.peak = int(median(f[7]))
+		m.violationSeconds = int(quantile.Median(f[0]))
+		m.replicaSeconds = quantile.Median(f[1])
+		m.served, m.failed = int(quantile.Median(f[2])), int(quantile.Median(f[3]))
+		m.p50, m.p90, m.p99 = time.Duration(quantile.Median(f[4])), time.Duration(quantile.Median(f[5])), time.Duration(quantile.Median(f[6]))
+		m.peak = int(quantile.Median(f[7]))
 		var ups, downs []float64
 		for _, ss := range byRun {
 			ups = append(ups, float64(ss[i].scaleUps))
 			downs = append(downs, float64(ss[i].scaleDowns))
 		}
-		m.scaleUps, m.scaleDowns = int(median(ups)), int(median(downs))
+		m.scaleUps, m.scaleDowns = int(quantile.Median(ups)), int(quantile.Median(downs))
 		out = append(out, m)
 	}
 	return out

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/berth-sh/berth/internal/quantile"
 )
 
 // summary is one outcome's figures. Times are simulated.
@@ -57,7 +59,7 @@ func summarize(o *outcome, tr *trace, slo time.Duration) summary {
 		bySecond[sec] = append(bySecond[sec], t)
 	}
 	slices.Sort(good)
-	s.p50, s.p90, s.p99 = percentile(good, 0.5), percentile(good, 0.9), percentile(good, 0.99)
+	s.p50, s.p90, s.p99 = quantile.NearestRank(good, 0.5), quantile.NearestRank(good, 0.9), quantile.NearestRank(good, 0.99)
 	minutes := int(math.Ceil(o.length.Minutes()))
 	s.violationsPerMinute = make([]int, minutes)
 	for sec, ts := range bySecond {
@@ -65,7 +67,7 @@ func summarize(o *outcome, tr *trace, slo time.Duration) summary {
 			continue
 		}
 		slices.Sort(ts)
-		if percentile(ts, 0.9) > slo {
+		if quantile.NearestRank(ts, 0.9) > slo {
 			s.violationSeconds++
 			s.violationsPerMinute[sec/60]++
 		}
@@ -125,27 +127,6 @@ func summarize(o *outcome, tr *trace, slo time.Duration) summary {
 		}
 	}
 	return s
-}
-
-// percentile is the nearest-rank q-quantile (0 < q ≤ 1) of sorted values.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // digits renders small counts one character each: 0–9, then a=10, b=11, … z=35, + above.

@@ -112,7 +112,7 @@ func modelServing(i, groups int) *workloadv1alpha1.ModelServing {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("ms-%03d", i)},
 		Spec: workloadv1alpha1.ModelServingSpec{
 			Replicas:      ptr.To(int32(groups)),
-			SchedulerName: scheduler.SchedulerName,
+			SchedulerName: workloadv1alpha1.BerthSchedulerName,
 			Template: workloadv1alpha1.ServingGroup{Roles: []workloadv1alpha1.Role{{
 				Name: "server", Replicas: ptr.To[int32](2), WorkerReplicas: 1, EntryTemplate: tmpl, WorkerTemplate: tmpl.DeepCopy(),
 			}}},

@@ -25,26 +25,28 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	volcanobatchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
-	"github.com/berth-sh/berth/pkg/scheduler"
+	"github.com/berth-sh/berth/internal/quantile"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
 const contentionName = "contention"
 
-// What berth-controller writes on a ServingGroup's pods (docs/controller.md). The bench
-// spells the keys out instead of importing them from pkg/plugins, so it measures any
-// version of the scheduler that honours the same contract.
+// What berth-controller writes on a ServingGroup's pods (docs/controller.md). The keys come
+// from the APIs that own them (Volcano's and the ModelServing's), never from pkg/plugins, so
+// the bench measures any version of the scheduler that honours the same contract.
 const (
 	groupNameKey = volcanov1beta1.KubeGroupNameAnnotationKey // scheduling.k8s.io/group-name
-	taskSpecKey  = "volcano.sh/task-spec"
-	labelName    = "modelserving.volcano.sh/name"
-	labelGroup   = "modelserving.volcano.sh/group-name"
-	labelRole    = "modelserving.volcano.sh/role"
-	labelRoleID  = "modelserving.volcano.sh/role-id"
-	labelEntry   = "modelserving.volcano.sh/entry"
+	taskSpecKey  = volcanobatchv1alpha1.TaskSpecKey          // volcano.sh/task-spec
+	labelName    = workloadv1alpha1.ModelServingNameLabel
+	labelGroup   = workloadv1alpha1.GroupNameLabel
+	labelRole    = workloadv1alpha1.RoleLabel
+	labelRoleID  = workloadv1alpha1.RoleIDLabel
+	labelEntry   = workloadv1alpha1.EntryLabel
 )
 
 const (
@@ -259,7 +261,7 @@ func poolPod(ns, name string, labels map[string]string, gpus resource.Quantity, 
 	}
 	switch m {
 	case berth:
-		p.Spec.SchedulerName = scheduler.SchedulerName
+		p.Spec.SchedulerName = workloadv1alpha1.BerthSchedulerName
 		p.Annotations = map[string]string{groupNameKey: group}
 	case native:
 		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(group)}
@@ -370,7 +372,7 @@ func (b *bench) contention(ctx context.Context, c contentionOptions, modes []mod
 		if err := b.deletePool(ctx); err != nil {
 			return "", err
 		}
-		nativeUtil := median(field(results[native], func(r contentionResult) float64 { return r.utilSettled }))
+		nativeUtil := quantile.Median(field(results[native], func(r contentionResult) float64 { return r.utilSettled }))
 		for _, m := range cm {
 			rows = append(rows, contentionRow(n, m, len(stream), pods, gpus, results[m], nativeUtil))
 		}
@@ -405,14 +407,14 @@ func field(rs []contentionResult, f func(contentionResult) float64) []float64 {
 }
 
 func contentionRow(n int, m mode, gangs, pods int, gpus int64, rs []contentionResult, nativeUtil float64) string {
-	utilStop := median(field(rs, func(r contentionResult) float64 { return r.utilStop }))
+	utilStop := quantile.Median(field(rs, func(r contentionResult) float64 { return r.utilStop }))
 	settledAll := field(rs, func(r contentionResult) float64 { return r.utilSettled })
-	utilSettled := median(settledAll)
+	utilSettled := quantile.Median(settledAll)
 	settledCell := fmt.Sprintf("%.1f%%", 100*utilSettled)
 	if len(rs) > 1 {
 		settledCell += fmt.Sprintf(" (%.1f–%.1f%%)", 100*slices.Min(settledAll), 100*slices.Max(settledAll))
 	}
-	minPlaced := median(field(rs, func(r contentionResult) float64 { return float64(r.minPlaced) }))
+	minPlaced := quantile.Median(field(rs, func(r contentionResult) float64 { return float64(r.minPlaced) }))
 	partial, byCount, capped := 0, 0, 0
 	for _, r := range rs {
 		partial = max(partial, r.partial)
@@ -425,12 +427,12 @@ func contentionRow(n int, m mode, gangs, pods int, gpus int64, rs []contentionRe
 	if m == native {
 		partialCell += fmt.Sprintf(" (by pod count %d)", byCount)
 	}
-	settle := time.Duration(median(field(rs, func(r contentionResult) float64 { return float64(r.settle) })))
+	settle := time.Duration(quantile.Median(field(rs, func(r contentionResult) float64 { return float64(r.settle) })))
 	settleCell := fmt.Sprintf("%.1fs", settle.Seconds())
 	if capped > 0 {
 		settleCell += fmt.Sprintf(" (capped in %d/%d)", capped, len(rs))
 	}
-	starved := median(field(rs, func(r contentionResult) float64 { return float64(r.starved) }))
+	starved := quantile.Median(field(rs, func(r contentionResult) float64 { return float64(r.starved) }))
 	ratioCell := "–"
 	if m == berth && nativeUtil > 0 {
 		ratioCell = fmt.Sprintf("%.2f", utilSettled/nativeUtil)

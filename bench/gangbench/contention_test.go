@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/berth-sh/berth/internal/quantile"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -149,10 +150,10 @@ func TestFitsIsFirstFitDecreasing(t *testing.T) {
 }
 
 func TestMedianAndRotate(t *testing.T) {
-	if m := median([]float64{3, 1, 2}); m != 2 {
+	if m := quantile.Median([]float64{3, 1, 2}); m != 2 {
 		t.Errorf("median %v", m)
 	}
-	if m := median([]float64{4, 1}); m != 2.5 {
+	if m := quantile.Median([]float64{4, 1}); m != 2.5 {
 		t.Errorf("median %v", m)
 	}
 	if r := rotate([]mode{native, berth, ceiling}, 1); !reflect.DeepEqual(r, []mode{berth, ceiling, native}) {

@@ -53,6 +53,8 @@ import (
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
 	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/quantile"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -218,7 +220,7 @@ func main() {
 			}
 			med := map[mode]float64{}
 			for m, v := range rates {
-				med[m] = median(v)
+				med[m] = quantile.Median(v)
 			}
 			rangeCell := "–"
 			if len(ratios) > 0 {
@@ -265,18 +267,6 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // num formats a measured value, or a dash when the mode did not run.
@@ -479,7 +469,7 @@ func (b *bench) pod(ns string, m mode, name, group string) *corev1.Pod {
 	}
 	switch m {
 	case berth:
-		p.Spec.SchedulerName = scheduler.SchedulerName
+		p.Spec.SchedulerName = workloadv1alpha1.BerthSchedulerName
 		if group != "" {
 			p.Annotations = map[string]string{groupNameKey: group}
 		}

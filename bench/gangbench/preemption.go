@@ -27,6 +27,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
+	"github.com/berth-sh/berth/internal/quantile"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -147,10 +148,10 @@ func preemptionRow(n, gangs, need, fewest int, m mode, rs []preemptionResult) st
 	}
 	t := "–"
 	if len(times) > 0 {
-		t = fmt.Sprintf("%.2fs", median(times))
+		t = fmt.Sprintf("%.2fs", quantile.Median(times))
 	}
 	return fmt.Sprintf("| %d × 8 GPUs | %s | %d | %d | %d/%d | %s | %s | %d | %s | %d |", n, m, gangs, need, bound, len(rs), t,
-		trim(median(evicted)), fewest, trim(median(pods)), partial)
+		trim(quantile.Median(evicted)), fewest, trim(quantile.Median(pods)), partial)
 }
 
 // preempt runs one mode once: fill the pool, wait until every low gang is bound, create

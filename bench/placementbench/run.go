@@ -15,12 +15,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+	volcanobatchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
 	"github.com/berth-sh/berth/internal/controlplane"
-	"github.com/berth-sh/berth/pkg/plugins/gang"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -261,9 +262,9 @@ func (b *bench) pod(ns string, m mode, name string, g *groupSpec, group string) 
 		},
 	}
 	if m == berthMode {
-		p.Spec.SchedulerName = scheduler.SchedulerName
+		p.Spec.SchedulerName = workloadv1alpha1.BerthSchedulerName
 		if group != "" {
-			p.Annotations = map[string]string{gang.GroupNameKey: group, gang.TaskSpecKey: "replica-0"}
+			p.Annotations = map[string]string{volcanov1beta1.KubeGroupNameAnnotationKey: group, volcanobatchv1alpha1.TaskSpecKey: "replica-0"}
 		}
 	}
 	return p

@@ -149,27 +149,4 @@ func openLoop(cl *http.Client, t *targets, body []byte, rate float64, dur time.D
 	return good, errs, firstErr
 }
 
-// percentile is the nearest-rank q-quantile (0 < q ≤ 1) of sorted values.
-func percentile[T int64 | float64 | time.Duration](sorted []T, q float64) T {
-	if len(sorted) == 0 {
-		var zero T
-		return zero
-	}
-	i := int(q*float64(len(sorted))+0.999999) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// median of xs (the mean of the middle two for an even count).
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/berth-sh/berth/internal/quantile"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
@@ -177,7 +178,7 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 			progress("overhead run %d/%d: %s open loop at %.0f requests/s for %s", run+1, cfg.runs, p.name, rate, cfg.dur)
 			l, errs, ferr := openLoop(p.cl, p.t, overheadBody, rate, cfg.dur)
 			res[p.name].note(errs, ferr)
-			lat[p.name] = [2]float64{ms(percentile(l, 0.5)), ms(percentile(l, 0.99))}
+			lat[p.name] = [2]float64{ms(quantile.NearestRank(l, 0.5)), ms(quantile.NearestRank(l, 0.99))}
 			progress("  p50 %.3f ms, p99 %.3f ms, %d errors", lat[p.name][0], lat[p.name][1], errs)
 			p.cl.CloseIdleConnections()
 		}
@@ -199,27 +200,27 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 		rateSays = "the rate given by -rate"
 	}
 	fmt.Fprintf(&b, "Engine alone (one connection, sequential): p50 %.3f ms, p99 %.3f ms. Latency columns at a fixed open-loop rate, %s (median rate %.0f requests/s; \"rate ÷ own max\" is how loaded that leaves each path); added = path − direct. Medians of %d run(s).\n\n",
-		ms(engineAlone[0]), ms(engineAlone[1]), rateSays, median(rates), cfg.runs)
+		ms(engineAlone[0]), ms(engineAlone[1]), rateSays, quantile.Median(rates), cfg.runs)
 	b.WriteString("| path | max requests/s | ÷ nginx | rate ÷ own max | p50 ms | p99 ms | added p50 ms | added p99 ms | errors |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range paths {
 		r := res[p.name]
-		added50, added99 := fmt.Sprintf("%.3f", median(r.addedP50)), fmt.Sprintf("%.3f", median(r.addedP99))
+		added50, added99 := fmt.Sprintf("%.3f", quantile.Median(r.addedP50)), fmt.Sprintf("%.3f", quantile.Median(r.addedP99))
 		if p.name == "direct" {
 			added50, added99 = "–", "–"
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.3f | %.3f | %s | %s | %d |\n", p.name, median(r.maxRPS), median(r.ratio), median(r.load),
-			median(r.p50), median(r.p99), added50, added99, r.errs)
+		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.3f | %.3f | %s | %s | %d |\n", p.name, quantile.Median(r.maxRPS), quantile.Median(r.ratio), quantile.Median(r.load),
+			quantile.Median(r.p50), quantile.Median(r.p99), added50, added99, r.errs)
 	}
 	b.WriteString("\nTargets:\n\n")
 	for _, name := range []string{"berth-rr", "berth-scored"} {
 		r := res[name]
 		if cfg.rate == 0 {
-			fmt.Fprintf(&b, "- %s added p99 ≤ 1 ms at half nginx's max: %.3f ms — %s\n", name, median(r.addedP99), verdict(median(r.addedP99) <= 1))
+			fmt.Fprintf(&b, "- %s added p99 ≤ 1 ms at half nginx's max: %.3f ms — %s\n", name, quantile.Median(r.addedP99), verdict(quantile.Median(r.addedP99) <= 1))
 		} else {
-			fmt.Fprintf(&b, "- %s added p99 at %.0f requests/s (the target is set at half nginx's max, not this rate): %.3f ms\n", name, cfg.rate, median(r.addedP99))
+			fmt.Fprintf(&b, "- %s added p99 at %.0f requests/s (the target is set at half nginx's max, not this rate): %.3f ms\n", name, cfg.rate, quantile.Median(r.addedP99))
 		}
-		fmt.Fprintf(&b, "- %s max requests/s ≥ 0.8 × nginx: %.2f × — %s\n", name, median(r.ratio), verdict(median(r.ratio) >= 0.8))
+		fmt.Fprintf(&b, "- %s max requests/s ≥ 0.8 × nginx: %.2f × — %s\n", name, quantile.Median(r.ratio), verdict(quantile.Median(r.ratio) >= 0.8))
 	}
 	if len(cpuSplit) > 0 {
 		b.WriteString("\nCPU per request in the closed loop of run 1, from the CPU profile of this process by goroutine label (\"runtime\" is unlabelled work such as GC) and, for nginx, its processes' CPU time from /proc:\n\n| path | CPU µs per request |\n|---|---|\n")
@@ -254,7 +255,7 @@ func sequentialLatency(url string, n int) ([2]time.Duration, error) {
 		lat = append(lat, time.Since(start))
 	}
 	slices.Sort(lat)
-	return [2]time.Duration{percentile(lat, 0.5), percentile(lat, 0.99)}, nil
+	return [2]time.Duration{quantile.NearestRank(lat, 0.5), quantile.NearestRank(lat, 0.99)}, nil
 }
 
 func verdict(ok bool) string {

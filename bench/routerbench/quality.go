@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/internal/chatstream"
+	"github.com/berth-sh/berth/internal/quantile"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
@@ -179,7 +180,7 @@ func runQuality(ctx context.Context, c *cluster, cfg qualityConfig) (string, err
 		for _, o := range outcomes[name] {
 			xs = append(xs, f(o))
 		}
-		return median(xs)
+		return quantile.Median(xs)
 	}
 	rrP90 := med(qualityPolicies[0].name, func(o qualityOutcome) float64 { return o.ttftP90 })
 	for _, p := range qualityPolicies {
@@ -262,7 +263,7 @@ func qualityOnce(ctx context.Context, c *cluster, ecfg engine.Config, ips []stri
 		}
 	}
 	slices.Sort(good)
-	o.ttftP50, o.ttftP90, o.ttftP99 = percentile(good, 0.5), percentile(good, 0.9), percentile(good, 0.99)
+	o.ttftP50, o.ttftP90, o.ttftP99 = quantile.NearestRank(good, 0.5), quantile.NearestRank(good, 0.9), quantile.NearestRank(good, 0.99)
 	o.rps = float64(len(good)) / (last.Sub(start).Seconds() / scale)
 	var hit, query int64
 	for _, e := range engines {

@@ -217,7 +217,7 @@ func (w workload) create(ctx context.Context, i int) error {
 	}
 	spec := podSpec("vllm:v0", "")
 	return w.cl.Create(ctx, &workloadv1alpha1.ModelServing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i)},
-		Spec: workloadv1alpha1.ModelServingSpec{Replicas: ptr.To[int32](2), SchedulerName: "berth-scheduler",
+		Spec: workloadv1alpha1.ModelServingSpec{Replicas: ptr.To[int32](2), SchedulerName: workloadv1alpha1.BerthSchedulerName,
 			Template: workloadv1alpha1.ServingGroup{Roles: []workloadv1alpha1.Role{{Name: "server", Replicas: ptr.To[int32](1),
 				EntryTemplate: workloadv1alpha1.PodTemplateSpec{Spec: spec}, WorkerReplicas: int32(w.c.podsPerServing/2 - 1),
 				WorkerTemplate: &workloadv1alpha1.PodTemplateSpec{Spec: spec}}}}}})

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/berth-sh/berth/internal/controlplane"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/scheduler"
@@ -105,7 +106,7 @@ func runScheduler(ctx context.Context, kubeconfig string) error {
 	if err := yaml.Unmarshal(raw, &cfg); err != nil {
 		return err
 	}
-	cfg["leaderElection"] = map[string]any{"leaderElect": true, "resourceName": scheduler.SchedulerName, "resourceNamespace": LeaseNamespace,
+	cfg["leaderElection"] = map[string]any{"leaderElect": true, "resourceName": workloadv1alpha1.BerthSchedulerName, "resourceNamespace": LeaseNamespace,
 		"leaseDuration": LeaseDuration.String(), "renewDeadline": RenewDeadline.String(), "retryPeriod": RetryPeriod.String()}
 	if raw, err = yaml.Marshal(cfg); err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-sh/berth/internal/chatstream"
+	"github.com/berth-sh/berth/internal/quantile"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
@@ -130,7 +131,7 @@ func runLoad(ctx context.Context, cl client.Client, routerURL string, models []s
 			}
 		}
 		ttftMu.Lock()
-		p50, p90 := percentile(ttfts, 0.5), percentile(ttfts, 0.9)
+		p50, p90 := quantile.Of(ttfts, 0.5), quantile.Of(ttfts, 0.9)
 		ttfts = ttfts[:0]
 		ttftMu.Unlock()
 		state := formatReplicas(reps) + decisions
@@ -227,15 +228,6 @@ func formatReplicas(reps map[string]int32) string {
 		fmt.Fprintf(&b, " %s=%d", name, reps[k])
 	}
 	return b.String()
-}
-
-func percentile(xs []time.Duration, q float64) time.Duration {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
 // streamOnce sends one streaming chat completion and returns the time to its first token.

@@ -398,7 +398,7 @@ func BuildModelServing(svc *inferenceapi.Service, m *Models, flavors []coreapi.F
 		},
 		Spec: workloadv1alpha1.ModelServingSpec{
 			Replicas:       ptr.To(ptr.Deref(svc.Spec.Replicas, 1)),
-			SchedulerName:  "berth-scheduler",
+			SchedulerName:  workloadv1alpha1.BerthSchedulerName,
 			RecoveryPolicy: recoveryPolicy(wt.RestartPolicy),
 			Template:       workloadv1alpha1.ServingGroup{Roles: []workloadv1alpha1.Role{role}},
 		},

@@ -1,23 +1,11 @@
 package router
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/berth-sh/berth/pkg/openaierror"
 )
-
-// apiError is an OpenAI-style error body: clients written for the OpenAI API read
-// error.message, error.type and error.code from it.
-type apiError struct {
-	Error apiErrorBody `json:"error"`
-}
-
-type apiErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    any     `json:"code"`
-}
 
 // OpenAI's error types by status.
 func errorType(status int) string {
@@ -37,15 +25,8 @@ func errorType(status int) string {
 // writeError answers with an OpenAI-style JSON error. code is OpenAI's string code (e.g.
 // "model_not_found"); empty uses the status.
 func writeError(w http.ResponseWriter, status int, code, param, message string) {
-	body := apiError{Error: apiErrorBody{Message: message, Type: errorType(status), Code: code}}
 	if code == "" {
-		body.Error.Code = strconv.Itoa(status)
+		code = strconv.Itoa(status)
 	}
-	if param != "" {
-		body.Error.Param = &param
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
+	openaierror.Write(w, status, openaierror.Error{Message: message, Type: errorType(status), Param: param, Code: code})
 }

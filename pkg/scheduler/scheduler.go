@@ -21,16 +21,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedulermanifests "github.com/berth-sh/berth/manifests/scheduler"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/plugins/gang"
 )
-
-// SchedulerName is the profile name pods and ModelServings ask for.
-const SchedulerName = "berth-scheduler"
 
 // NewCommand is the berth-scheduler command line: kube-scheduler's, with our plugins.
 func NewCommand() *cobra.Command {
 	cmd := app.NewSchedulerCommand(Plugins()...)
-	cmd.Use = "berth-scheduler"
+	cmd.Use = workloadv1alpha1.BerthSchedulerName
 	cmd.Short = "berth-scheduler places LLM serving groups: gangs, network topology and accelerators"
 	return cmd
 }

@@ -20,14 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
-
-// modelServingLabel marks the pods of a ModelServing (DESIGN.md, controller↔scheduler contract).
-const modelServingLabel = "modelserving.volcano.sh/name"
-
-// modelServingRoleLabel names a ModelServing pod's role.
-const modelServingRoleLabel = "modelserving.volcano.sh/role"
 
 // EngineOptions configure the simulated engines.
 type EngineOptions struct {
@@ -274,7 +269,7 @@ func engineConfig(p *corev1.Pod, ms *networkingv1alpha1.ModelServer) (engine.Con
 		return engine.Config{}, false
 	}
 	cfg := engine.Config{ID: p.Namespace + "/" + p.Name}
-	_, ofServing := p.Labels[modelServingLabel]
+	_, ofServing := p.Labels[workloadv1alpha1.ModelServingNameLabel]
 	if ms == nil && !ofServing {
 		return cfg, false
 	}
@@ -282,7 +277,7 @@ func engineConfig(p *corev1.Pod, ms *networkingv1alpha1.ModelServer) (engine.Con
 	if strings.Contains(strings.ToLower(containerText(p)), "sglang") {
 		cfg.Flavor = engine.SGLang
 	}
-	role := strings.ToLower(p.Labels[modelServingRoleLabel])
+	role := strings.ToLower(p.Labels[workloadv1alpha1.RoleLabel])
 	switch {
 	case strings.Contains(role, "prefill"):
 		cfg.Role = engine.RolePrefill
@@ -308,7 +303,7 @@ func engineConfig(p *corev1.Pod, ms *networkingv1alpha1.ModelServer) (engine.Con
 		}
 	}
 	if cfg.Model == "" {
-		cfg.Model = p.Labels[modelServingLabel]
+		cfg.Model = p.Labels[workloadv1alpha1.ModelServingNameLabel]
 	}
 	if cfg.Model == "" {
 		cfg.Model = p.Name

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	volcanobatchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -20,12 +21,12 @@ import (
 // Annotations that tie a pod to its Volcano PodGroup and task (Volcano's own keys).
 const (
 	groupNameAnnotation = volcanov1beta1.KubeGroupNameAnnotationKey
-	taskSpecAnnotation  = "volcano.sh/task-spec"
+	taskSpecAnnotation  = volcanobatchv1alpha1.TaskSpecKey
 )
 
 // Scheduler names that read Volcano PodGroups.
 const (
-	berthScheduler   = "berth-scheduler"
+	berthScheduler   = workloadv1alpha1.BerthSchedulerName
 	volcanoScheduler = "volcano"
 )
 

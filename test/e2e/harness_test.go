@@ -41,6 +41,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+	volcanobatchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	topologyv1alpha1 "volcano.sh/apis/pkg/apis/topology/v1alpha1"
 
@@ -57,7 +58,7 @@ const (
 	imageEnv = "BERTH_E2E_IMAGE"
 
 	berthNamespace = "berth-system"
-	schedulerName  = "berth-scheduler"
+	schedulerName  = workloadv1alpha1.BerthSchedulerName
 	// schedulerConfigMap holds the installed KubeSchedulerConfiguration (manifests/scheduler).
 	schedulerConfigMap = "berth-scheduler-config"
 
@@ -77,7 +78,7 @@ const (
 	tierLabelAnnotation = "e2e.berth.sh/tier-labels"
 
 	// taskSpecAnnotation is Volcano's pod annotation naming the pod's task (role replica).
-	taskSpecAnnotation = "volcano.sh/task-spec"
+	taskSpecAnnotation = volcanobatchv1alpha1.TaskSpecKey
 
 	// fallbackImage is used when no node reports a pause image and BERTH_E2E_IMAGE is unset.
 	fallbackImage = "registry.k8s.io/pause:3.10"

@@ -37,12 +37,6 @@ import (
 // Name is the plugin name used in the scheduler profile.
 const Name = "BerthGang"
 
-// Pod annotations that tie a pod to its gang (Volcano's keys).
-const (
-	GroupNameKey = placement.GroupNameKey
-	TaskSpecKey  = placement.TaskSpecKey
-)
-
 // Gang implements the gang plugin. Its state is, per group, the wait deadline, the backoff
 // and the requirement built from the PodGroup; per pod being preempted, the group it makes
 // room for; plans and held pods live in the profile's placement model, the latest verdict

@@ -5,6 +5,8 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
 
 // Accelerators are the profile's accelerator rules, as the accelerator plugin applies them:
@@ -48,24 +50,17 @@ func Eligible(pod *corev1.Pod, node *corev1.Node, acc Accelerators) bool {
 	return ok
 }
 
-// Labels of the ModelServing contract that make pods interchangeable for eligibility.
-const (
-	modelServingLabel = "modelserving.volcano.sh/name"
-	revisionLabel     = "modelserving.volcano.sh/revision"
-	entryLabel        = "modelserving.volcano.sh/entry"
-)
-
 // shapeOf names the pods that share one eligibility: the pods of one role of one
 // ModelServing revision are built from the same template (entry pods from one, workers from
 // another), so their node affinity, tolerations and accelerator annotations are the same,
 // and eligibility is computed once per role rather than once per pod. Other pods are their
 // own shape.
 func shapeOf(pod *corev1.Pod) string {
-	ms, role := pod.Labels[modelServingLabel], pod.Labels[RoleLabel]
+	ms, role := pod.Labels[workloadv1alpha1.ModelServingNameLabel], pod.Labels[workloadv1alpha1.RoleLabel]
 	if ms == "" || role == "" {
 		return "pod/" + string(pod.UID)
 	}
-	return "ms/" + pod.Namespace + "/" + ms + "/" + role + "/" + pod.Labels[revisionLabel] + "/" + pod.Labels[entryLabel]
+	return "ms/" + pod.Namespace + "/" + ms + "/" + role + "/" + pod.Labels[workloadv1alpha1.RevisionLabel] + "/" + pod.Labels[workloadv1alpha1.EntryLabel]
 }
 
 // Narrowable reports whether the pod can be sent straight to its planned node: the plan

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	volcanobatchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
@@ -15,8 +16,8 @@ import (
 const (
 	// GroupNameKey names the pod's Volcano PodGroup (Volcano's own key).
 	GroupNameKey = volcanov1beta1.KubeGroupNameAnnotationKey
-	// TaskSpecKey names the pod's task, for Berth a role replica "<role>-<j>" (Volcano's key).
-	TaskSpecKey = "volcano.sh/task-spec"
+	// TaskSpecKey names the pod's task, for Berth a role replica "<role>-<j>" (Volcano's own key).
+	TaskSpecKey = volcanobatchv1alpha1.TaskSpecKey
 )
 
 // GroupName returns the PodGroup a pod belongs to, if any.

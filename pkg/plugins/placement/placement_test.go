@@ -15,12 +15,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
 
-const (
-	roleIDLabel = "modelserving.volcano.sh/role-id"
-	gpu         = corev1.ResourceName("nvidia.com/gpu")
-)
+const gpu = corev1.ResourceName("nvidia.com/gpu")
 
 // pdGroup is the PodGroup Berth's controller writes for 1 prefill + 2 decode, each with
 // `workers` workers: one task and one subgroup per role replica.
@@ -32,8 +31,8 @@ func pdGroup(name string, workers int32) *volcanov1beta1.PodGroup {
 	for _, role := range []string{"prefill", "decode"} {
 		pg.Spec.SubGroupPolicy = append(pg.Spec.SubGroupPolicy, volcanov1beta1.SubGroupPolicySpec{
 			Name: role, SubGroupSize: ptr.To(size), MinSubGroups: ptr.To[int32](0),
-			LabelSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{RoleLabel: role}},
-			MatchLabelKeys: []string{roleIDLabel},
+			LabelSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{workloadv1alpha1.RoleLabel: role}},
+			MatchLabelKeys: []string{workloadv1alpha1.RoleIDLabel},
 		})
 	}
 	return pg
@@ -45,7 +44,7 @@ func gangPod(group, role string, replica, index int, gpus int64) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "ns", Name: name, UID: types.UID(name),
-			Labels:      map[string]string{RoleLabel: role, roleIDLabel: task},
+			Labels:      map[string]string{workloadv1alpha1.RoleLabel: role, workloadv1alpha1.RoleIDLabel: task},
 			Annotations: map[string]string{GroupNameKey: group, TaskSpecKey: task},
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
@@ -137,7 +136,7 @@ func TestCheckHonoursMinSubGroups(t *testing.T) {
 	pg := &volcanov1beta1.PodGroup{}
 	pg.Spec.SubGroupPolicy = []volcanov1beta1.SubGroupPolicySpec{{
 		Name: "decode", SubGroupSize: ptr.To[int32](2), MinSubGroups: ptr.To[int32](2),
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{RoleLabel: "decode"}}, MatchLabelKeys: []string{roleIDLabel},
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{workloadv1alpha1.RoleLabel: "decode"}}, MatchLabelKeys: []string{workloadv1alpha1.RoleIDLabel},
 	}}
 	req, err := NewRequirement(pg)
 	require.NoError(t, err)
@@ -235,7 +234,7 @@ func TestEligibilityIsJudgedOncePerRole(t *testing.T) {
 	var pods []*corev1.Pod
 	for i := 0; i < 4; i++ {
 		p := gangPod("g", "decode", i, 0, 1)
-		p.Labels[modelServingLabel], p.Labels[revisionLabel] = "ms", "r1"
+		p.Labels[workloadv1alpha1.ModelServingNameLabel], p.Labels[workloadv1alpha1.RevisionLabel] = "ms", "r1"
 		pods = append(pods, p)
 	}
 	for _, p := range pods {
@@ -381,7 +380,7 @@ func TestAPodBeyondTheMinimumIsNotPlannedBeforeIt(t *testing.T) {
 	pg.Spec.MinTaskMember = map[string]int32{"server-0": 1, "prefill-0": 2}
 	pg.Spec.MinMember = 3
 	pg.Spec.SubGroupPolicy = []volcanov1beta1.SubGroupPolicySpec{{Name: "prefill", SubGroupSize: ptr.To[int32](2), MinSubGroups: ptr.To[int32](0),
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{RoleLabel: "prefill"}}, MatchLabelKeys: []string{roleIDLabel}}}
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{workloadv1alpha1.RoleLabel: "prefill"}}, MatchLabelKeys: []string{workloadv1alpha1.RoleIDLabel}}}
 	pods := []*corev1.Pod{gangPod("g", "server", 0, 0, 1),
 		gangPod("g", "prefill", 0, 0, 1), gangPod("g", "prefill", 0, 1, 1),
 		gangPod("g", "prefill", 1, 0, 1), gangPod("g", "prefill", 1, 1, 1)}

@@ -10,12 +10,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
-
-// RoleLabel is the ModelServing role of a pod; when present, messages speak of roles
-// ("decode needs 2 complete replicas") instead of tasks.
-const RoleLabel = "modelserving.volcano.sh/role"
 
 // podsByGroupIndex indexes the scheduler's pod informer by "<namespace>/<group>".
 const podsByGroupIndex = "berth-group"
@@ -35,7 +32,7 @@ func GroupKey(pod *corev1.Pod) string { return podgroups.Key(pod) }
 // RoleOf is the pod's role: its ModelServing role label, else its task without the replica
 // index, else "pods".
 func RoleOf(p *corev1.Pod) string {
-	if r := p.Labels[RoleLabel]; r != "" {
+	if r := p.Labels[workloadv1alpha1.RoleLabel]; r != "" {
 		return r
 	}
 	if t := Task(p); t != "" {

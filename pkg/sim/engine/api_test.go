@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -159,7 +160,7 @@ func TestErrors(t *testing.T) {
 	_, base := startEngine(t, Config{Model: "m", TimeScale: 0.001, MaxModelLen: 100})
 	resp, b := post(t, base+"/v1/chat/completions", chatBody("nope", "hi", 2), nil)
 	want := "{\"error\":{\"code\":404,\"message\":\"The model `nope` does not exist.\",\"param\":\"model\",\"type\":\"NotFoundError\"}}"
-	if resp.StatusCode != 404 || string(b) != want {
+	if resp.StatusCode != 404 || !sameJSON(b, []byte(want)) {
 		t.Errorf("unknown model: %d %s", resp.StatusCode, b)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
@@ -341,4 +342,15 @@ func TestCloseCancelsRequests(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("in-flight request survived Close")
 	}
+}
+
+// sameJSON reports whether a and b are the same JSON value (key order and spacing aside).
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	ja, _ := json.Marshal(va)
+	jb, _ := json.Marshal(vb)
+	return string(ja) == string(jb)
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/berth-sh/berth/pkg/openaierror"
 )
 
 // Server is one simulated engine: an OpenAI-compatible HTTP API in front of a
@@ -339,13 +341,7 @@ func writeError(w http.ResponseWriter, status int, message, param string) {
 	if !ok {
 		typ = "APIError"
 	}
-	var p *string
-	if param != "" {
-		p = &param
-	}
-	writeJSON(w, status, map[string]any{"error": map[string]any{
-		"message": message, "type": typ, "param": p, "code": status,
-	}})
+	openaierror.Write(w, status, openaierror.Error{Message: message, Type: typ, Param: param, Code: status})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -25,7 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	"github.com/berth-sh/berth/pkg/scheduler"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
 
 // The contention tests load berth-scheduler with a stream of randomly shaped gangs on a
@@ -1143,7 +1143,7 @@ func (w *world) waitSchedulerReady(p *gpuPool) {
 	probe := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "probe"},
 		Spec: corev1.PodSpec{
-			SchedulerName: scheduler.SchedulerName, NodeSelector: p.selector, Tolerations: p.tolerations,
+			SchedulerName: workloadv1alpha1.BerthSchedulerName, NodeSelector: p.selector, Tolerations: p.tolerations,
 			Containers: []corev1.Container{{Name: "c", Image: "probe",
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}}},
 		},

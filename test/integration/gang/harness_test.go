@@ -23,11 +23,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
+	volcanobatchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -38,18 +40,18 @@ func TestMain(m *testing.M) { cptest.Main(m, &cp) }
 
 // Labels of the ModelServing contract (DESIGN.md) that the gang plugin reads.
 const (
-	labelGroup  = "modelserving.volcano.sh/group-name"
-	labelRole   = "modelserving.volcano.sh/role"
-	labelRoleID = "modelserving.volcano.sh/role-id"
-	labelEntry  = "modelserving.volcano.sh/entry"
+	labelGroup  = workloadv1alpha1.GroupNameLabel
+	labelRole   = workloadv1alpha1.RoleLabel
+	labelRoleID = workloadv1alpha1.RoleIDLabel
+	labelEntry  = workloadv1alpha1.EntryLabel
 	gpu         = corev1.ResourceName("nvidia.com/gpu")
 )
 
-// Pod annotations that tie a pod to its gang: Volcano's own keys, spelled out here so the
-// tests depend on the contract rather than on a plugin's exported names.
+// Pod annotations that tie a pod to its gang: Volcano's own keys, taken from Volcano's API
+// so the tests depend on the contract rather than on a plugin's exported names.
 const (
 	groupNameKey = volcanov1beta1.KubeGroupNameAnnotationKey // scheduling.k8s.io/group-name
-	taskSpecKey  = "volcano.sh/task-spec"
+	taskSpecKey  = volcanobatchv1alpha1.TaskSpecKey          // volcano.sh/task-spec
 )
 
 var worldCount atomic.Int32
@@ -282,7 +284,7 @@ func (w *world) gangPod(group string, r role, task string, k int) *corev1.Pod {
 			Annotations: map[string]string{groupNameKey: group, taskSpecKey: task},
 		},
 		Spec: corev1.PodSpec{
-			SchedulerName:     scheduler.SchedulerName,
+			SchedulerName:     workloadv1alpha1.BerthSchedulerName,
 			PriorityClassName: r.priorityClass,
 			SchedulingGates:   gates,
 			NodeSelector:      r.nodeSelector,

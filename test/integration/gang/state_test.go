@@ -26,7 +26,7 @@ import (
 	coschedulingclient "sigs.k8s.io/scheduler-plugins/pkg/generated/clientset/versioned"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	"github.com/berth-sh/berth/pkg/scheduler"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
 
 const (
@@ -221,7 +221,7 @@ func (s *stateSoak) cosched(name string, p *gpuPool, pods int, gpus int64, gated
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: fmt.Sprintf("%s-%d", name, i),
 				Labels: map[string]string{coschedulingv1alpha1.PodGroupLabel: name, labelGroup: name}},
 			Spec: corev1.PodSpec{
-				SchedulerName: scheduler.SchedulerName, NodeSelector: p.selector, Tolerations: p.tolerations,
+				SchedulerName: workloadv1alpha1.BerthSchedulerName, NodeSelector: p.selector, Tolerations: p.tolerations,
 				Containers: []corev1.Container{{Name: "engine", Image: "engine", Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{gpu: q, corev1.ResourceCPU: resource.MustParse("100m")},
 					Limits:   corev1.ResourceList{gpu: q},

@@ -40,6 +40,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
@@ -267,7 +268,7 @@ func (w *world) pod(g *gang, i int) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: fmt.Sprintf("%s-%d", g.name, i),
 			Labels: map[string]string{groupLabel: g.name}},
 		Spec: corev1.PodSpec{
-			SchedulerName:     scheduler.SchedulerName,
+			SchedulerName:     workloadv1alpha1.BerthSchedulerName,
 			PriorityClassName: g.priority,
 			NodeSelector:      map[string]string{poolLabel: g.pool.name},
 			Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0", Resources: corev1.ResourceRequirements{

@@ -179,7 +179,7 @@ func createGang(t *testing.T, kube kubernetes.Interface, vc volcanoclient.Interf
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", g.name, i), Labels: map[string]string{gangLabel: g.name},
 				Annotations: map[string]string{volcanov1beta1.KubeGroupNameAnnotationKey: g.name}},
-			Spec: corev1.PodSpec{SchedulerName: scheduler.SchedulerName, NodeSelector: map[string]string{poolLabel: g.pool},
+			Spec: corev1.PodSpec{SchedulerName: workloadv1alpha1.BerthSchedulerName, NodeSelector: map[string]string{poolLabel: g.pool},
 				Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
 					Resources: corev1.ResourceRequirements{Requests: req, Limits: corev1.ResourceList{gpu: req[gpu]}}}}},
 		}

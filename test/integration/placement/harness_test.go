@@ -33,6 +33,7 @@ import (
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
 	"github.com/berth-sh/berth/internal/systemtest"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 	"github.com/berth-sh/berth/pkg/scheduler"
@@ -258,7 +259,7 @@ func podSpec(gpus int64) corev1.PodSpec {
 		req[gpu] = *resource.NewQuantity(gpus, resource.DecimalSI)
 	}
 	return corev1.PodSpec{
-		SchedulerName:                 scheduler.SchedulerName,
+		SchedulerName:                 workloadv1alpha1.BerthSchedulerName,
 		TerminationGracePeriodSeconds: ptr.To[int64](0),
 		Containers:                    []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai", Resources: corev1.ResourceRequirements{Requests: req, Limits: req}}},
 	}

@@ -18,7 +18,6 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/scheduler"
 )
 
 // TestPlacement runs every scenario twice: with tiers from node labels (no HyperNode
@@ -336,7 +335,7 @@ func spreadGroups(t *testing.T, workers int32) {
 		ObjectMeta: metav1.ObjectMeta{Name: "spread", Namespace: w.ns},
 		Spec: workloadv1alpha1.ModelServingSpec{
 			Replicas:      ptr.To[int32](4),
-			SchedulerName: scheduler.SchedulerName,
+			SchedulerName: workloadv1alpha1.BerthSchedulerName,
 			TopologySpreadConstraints: []workloadv1alpha1.TopologySpreadConstraint{{
 				MaxSkew: 1, TopologyKey: zoneLabel, WhenUnsatisfiable: corev1.DoNotSchedule,
 			}},

@@ -3,6 +3,10 @@ package v1alpha1
 // Labels, annotations and environment variables of the controller↔scheduler contract
 // (DESIGN.md). They follow Kthena's names so tools written for it keep working.
 const (
+	// BerthSchedulerName is the spec.schedulerName (of a ModelServing and of its pods) that
+	// asks for berth-scheduler's profile.
+	BerthSchedulerName = "berth-scheduler"
+
 	// ModelServingNameLabel names the ModelServing a pod, Service or PodGroup belongs to.
 	ModelServingNameLabel = "modelserving.volcano.sh/name"
 	// GroupNameLabel names the ServingGroup ("<ms>-<i>").
