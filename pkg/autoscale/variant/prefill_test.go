@@ -258,7 +258,7 @@ func TestOptimizeInfeasibleByPrefill(t *testing.T) {
 // No load: a lone A100 request with a 16-token prompt sees TTFT = Tp = 100 ms and, when the
 // output length is known (4), ITL = 25 + 100/4 = 50 ms; when it is not, ITL(1) = 25 ms. With
 // the output length the max rate is known too: 0.999*300 = 299.7 req/min (slo-ttft 100000 ms
-// does not bind, as in optimize_test.go).
+// does not bind, as in allocation_test.go).
 func TestOptimizeZeroLoadWithPrompt(t *testing.T) {
 	in := OptimizeInput{
 		Load:      Load{AvgInputTokens: 16},
