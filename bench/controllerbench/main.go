@@ -34,9 +34,9 @@ import (
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
 	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/inprocess"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 	"github.com/berth-sh/berth/pkg/workload"
 )
@@ -184,7 +184,7 @@ func startScheduler(ctx context.Context, cp *controlplane.ControlPlane) {
 	must(err)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	must(cp.WriteKubeconfig(kubeconfig))
-	go func() { _ = scheduler.RunInProcess(ctx, dir, kubeconfig, nil) }()
+	go func() { _ = inprocess.RunScheduler(ctx, dir, kubeconfig, inprocess.SchedulerOptions{}) }()
 }
 
 func must(err error) {

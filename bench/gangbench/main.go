@@ -47,12 +47,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
 	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/internal/quantile"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/scheduler"
@@ -492,26 +492,17 @@ func (b *bench) schedulerConfig(m mode) (string, error) {
 	if err := b.cp.WriteKubeconfig(kubeconfig); err != nil {
 		return "", err
 	}
-	cfg := map[string]any{
-		"apiVersion": "kubescheduler.config.k8s.io/v1",
-		"kind":       "KubeSchedulerConfiguration",
-	}
+	var cfg []byte
 	if m == berth {
-		out, err := scheduler.InProcessConfig(kubeconfig, nil)
-		if err != nil {
-			return "", err
-		}
-		path := filepath.Join(dir, "config.yaml")
-		return path, os.WriteFile(path, out, 0o600)
+		cfg, err = inprocess.SchedulerConfig(kubeconfig, inprocess.SchedulerOptions{})
+	} else {
+		cfg, err = inprocess.DefaultSchedulerConfig(kubeconfig, inprocess.BenchRate)
 	}
-	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 5000, "burst": 5000}
-	cfg["leaderElection"] = map[string]any{"leaderElect": false}
-	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, "config.yaml")
-	return path, os.WriteFile(path, out, 0o600)
+	return path, os.WriteFile(path, cfg, 0o600)
 }
 
 // quietLogs silences klog: the apiserver and scheduler log per request at the default level

@@ -14,15 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 	volcanobatchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
 	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/inprocess"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -305,22 +304,9 @@ func (b *bench) runScheduler(ctx context.Context, m mode) error {
 		return err
 	}
 	if m == berthMode {
-		return scheduler.RunInProcess(ctx, dir, kubeconfig, nil)
+		return inprocess.RunScheduler(ctx, dir, kubeconfig, inprocess.SchedulerOptions{})
 	}
-	cfg, err := yaml.Marshal(map[string]any{
-		"apiVersion":       "kubescheduler.config.k8s.io/v1",
-		"kind":             "KubeSchedulerConfiguration",
-		"clientConnection": map[string]any{"kubeconfig": kubeconfig, "qps": 5000, "burst": 5000},
-		"leaderElection":   map[string]any{"leaderElect": false},
-	})
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(path, cfg, 0o600); err != nil {
-		return err
-	}
-	return scheduler.Run(ctx, scheduler.Options{ConfigFile: path})
+	return inprocess.RunDefaultScheduler(ctx, dir, kubeconfig, inprocess.BenchRate)
 }
 
 // cleanup deletes the run's pods and PodGroups and waits until none is left, so the next

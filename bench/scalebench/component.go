@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/pkg/controller"
-	"github.com/berth-sh/berth/pkg/scheduler"
 )
 
 // A component process is this binary with componentEnv naming its role and kubeconfigEnv
@@ -62,9 +62,9 @@ func runIfComponent() bool {
 	var err error
 	switch role {
 	case "berth-scheduler":
-		err = scheduler.RunInProcess(ctx, dir, kubeconfig, nil)
+		err = inprocess.RunScheduler(ctx, dir, kubeconfig, inprocess.SchedulerOptions{})
 	case "kube-scheduler":
-		err = scheduler.RunDefaultInProcess(ctx, dir, kubeconfig)
+		err = inprocess.RunDefaultScheduler(ctx, dir, kubeconfig, inprocess.ClusterRate)
 	case "berth-controller", "kube-controller-manager":
 		cfg, cerr := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if cerr != nil {

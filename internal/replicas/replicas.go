@@ -32,13 +32,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/yaml"
 
 	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/inprocess"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/router"
-	"github.com/berth-sh/berth/pkg/scheduler"
 )
 
 // Roles a replica can have.
@@ -98,24 +97,11 @@ func RunIfReplica() {
 // runScheduler: the shipped configuration, leader election on (lease
 // berth-system/berth-scheduler, as shipped) with the short lease above.
 func runScheduler(ctx context.Context, kubeconfig string) error {
-	raw, err := scheduler.InProcessConfig(kubeconfig, map[string]any{"permitWaitingTimeSeconds": 30, "backoffSeconds": 1})
-	if err != nil {
-		return err
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		return err
-	}
-	cfg["leaderElection"] = map[string]any{"leaderElect": true, "resourceName": workloadv1alpha1.BerthSchedulerName, "resourceNamespace": LeaseNamespace,
-		"leaseDuration": LeaseDuration.String(), "renewDeadline": RenewDeadline.String(), "retryPeriod": RetryPeriod.String()}
-	if raw, err = yaml.Marshal(cfg); err != nil {
-		return err
-	}
-	path := filepath.Join(filepath.Dir(kubeconfig), fmt.Sprintf("scheduler-%d.yaml", os.Getpid()))
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		return err
-	}
-	return scheduler.Run(ctx, scheduler.Options{ConfigFile: path})
+	return inprocess.RunScheduler(ctx, filepath.Dir(kubeconfig), kubeconfig, inprocess.SchedulerOptions{
+		GangArgs: map[string]any{"permitWaitingTimeSeconds": 30, "backoffSeconds": 1},
+		LeaderElection: map[string]any{"leaderElect": true, "resourceName": workloadv1alpha1.BerthSchedulerName, "resourceNamespace": LeaseNamespace,
+			"leaseDuration": LeaseDuration.String(), "renewDeadline": RenewDeadline.String(), "retryPeriod": RetryPeriod.String()},
+	})
 }
 
 // runController: leader election on (lease berth-system/berth-controller, as shipped) with

@@ -16,17 +16,17 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/router"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -187,70 +187,35 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 
 	// The components. Registered after the control plane's Stop, so deferred calls stop
 	// them first.
-	compCtx, cancel := context.WithCancel(ctx)
-	var running sync.WaitGroup
-	defer func() { cancel(); running.Wait() }()
-	failed := make(chan error, 6)
-	component := func(name string, run func(context.Context) error) {
-		running.Add(1)
-		go func() {
-			defer running.Done()
-			err := run(compCtx)
-			if compCtx.Err() != nil {
-				return // stopping
-			}
-			if err == nil {
-				err = errors.New("stopped")
-			}
-			failed <- fmt.Errorf("%s: %w", name, err)
-		}()
-	}
-	component("berth-scheduler", func(ctx context.Context) error {
-		return scheduler.RunInProcess(ctx, dir, internalKubeconfig, nil)
-	})
-	// kube-scheduler's default profile, as every cluster runs beside berth-scheduler: pods
-	// that name no scheduler (a plain Deployment's) are placed too.
-	component("kube-scheduler", func(ctx context.Context) error {
-		return scheduler.RunDefaultInProcess(ctx, dir, internalKubeconfig)
-	})
-	// InProcessRestart: a second sandbox in one process (the tests) registers the same
-	// controller names again.
 	if o.VariantSyncPeriod <= 0 {
 		o.VariantSyncPeriod = 5 * time.Second
 	}
-	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", InProcessRestart: true,
-		AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod})
-	if err != nil {
-		return err
-	}
-	component("berth-controller", mgr.Start)
-	engines, err := sim.NewEngines(cfg, sim.EngineOptions{TimeScale: o.EngineTimeScale})
-	if err != nil {
-		return err
-	}
-	component("simulated engines", engines.Run)
-	component("simulated kubelet", func(ctx context.Context) error {
-		k := sim.NewKubelet(kube, o.PodStartDelay)
-		k.BeforeReady = engines.Ensure
-		k.Run(ctx)
-		return nil
-	})
 	routerAddr := o.RouterAddr
 	if routerAddr == "" {
 		routerAddr = "127.0.0.1:0"
 	}
-	rt, err := router.New(cfg, router.Options{Addr: routerAddr, ShutdownTimeout: 2 * time.Second}, routerLogger())
+	sys, err := inprocess.Start(ctx, cfg, inprocess.Options{
+		Dir: dir, Kubeconfig: internalKubeconfig,
+		Scheduler: &inprocess.SchedulerOptions{},
+		// kube-scheduler's default profile, as every cluster runs beside berth-scheduler:
+		// pods that name no scheduler (a plain Deployment's) are placed too.
+		DefaultScheduler: true,
+		// InProcessRestart: a second sandbox in one process (the tests) registers the same
+		// controller names again.
+		Controller: &controller.Options{InProcessRestart: true,
+			AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod},
+		Kubelet: &inprocess.KubeletOptions{PodStartDelay: o.PodStartDelay, Engines: &sim.EngineOptions{TimeScale: o.EngineTimeScale}, Client: kube},
+		Routers: []router.Options{{Addr: routerAddr, ShutdownTimeout: 2 * time.Second}},
+		RouterLogger: func(int) logr.Logger { return routerLogger() },
+		// Building the first router's view waits for the informers' first lists.
+		RouterReadyTimeout: o.Timeout,
+	})
 	if err != nil {
 		return err
 	}
-	component("berth-router", rt.Run)
-	select {
-	case <-rt.Ready():
-	case err := <-failed:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	defer sys.Stop()
+	failed := sys.Failed()
+	rt := sys.Routers[0]
 	routerURL := "http://" + rt.Addr()
 	fmt.Fprintf(out, "running berth-scheduler, berth-controller, berth-router (%s), kube-scheduler, kube-controller-manager's garbage collector, namespace, Deployment and ReplicaSet controllers, the simulated kubelet and engines\n", routerURL)
 

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,15 +18,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/router"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -59,9 +57,6 @@ type System struct {
 // Start starts everything and waits until every router is ready. Everything stops before
 // the package's control plane does.
 func Start(cp *controlplane.ControlPlane, o Options) (*System, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var running sync.WaitGroup
-	cptest.BeforeStop(func() { cancel(); running.Wait() })
 	cfg := cp.RESTConfig()
 	s := &System{}
 	var err error
@@ -80,51 +75,36 @@ func Start(cp *controlplane.ControlPlane, o Options) (*System, error) {
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		return nil, err
 	}
-	run := func(f func()) {
-		running.Add(1)
-		go func() { defer running.Done(); f() }()
-	}
-	run(func() {
-		if err := scheduler.RunInProcess(ctx, dir, kubeconfig, nil); err != nil && ctx.Err() == nil {
-			panic(fmt.Sprintf("berth-scheduler exited: %v", err))
-		}
-	})
-	mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0", AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod})
-	if err != nil {
-		return nil, err
-	}
-	run(func() { _ = mgr.Start(ctx) })
-	if s.Engines, err = sim.NewEngines(cfg, o.Engines); err != nil {
-		return nil, err
-	}
-	run(func() { _ = s.Engines.Run(ctx) })
 	delay := o.PodStartDelay
 	if delay <= 0 {
 		delay = 50 * time.Millisecond
 	}
-	kubelet := sim.NewKubelet(s.Kube, delay)
-	kubelet.BeforeReady = s.Engines.Ensure
-	run(func() { kubelet.Run(ctx) })
-
-	for i := range max(o.Routers, 1) {
-		ro := router.Options{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
+	routers := make([]router.Options, max(o.Routers, 1))
+	for i := range routers {
+		routers[i] = router.Options{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
 			MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second}
 		if o.Router != nil {
-			o.Router(i, &ro)
-		}
-		// Not a test-bound logger: the routers outlive the test that started them.
-		r, err := router.New(cfg, ro, klog.Background().WithName(fmt.Sprintf("router-%d", i)))
-		if err != nil {
-			return nil, err
-		}
-		s.Routers = append(s.Routers, r)
-		run(func() { _ = r.Run(ctx) })
-		select {
-		case <-r.Ready():
-		case <-time.After(30 * time.Second):
-			return nil, fmt.Errorf("router %d not ready after 30s", i)
+			o.Router(i, &routers[i])
 		}
 	}
+	// Not test-bound loggers: the components outlive the test that started them.
+	sys, err := inprocess.Start(context.Background(), cfg, inprocess.Options{
+		Dir: dir, Kubeconfig: kubeconfig,
+		Scheduler:  &inprocess.SchedulerOptions{},
+		Controller: &controller.Options{AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod},
+		Kubelet:    &inprocess.KubeletOptions{PodStartDelay: delay, Engines: &o.Engines, Client: s.Kube},
+		Routers:    routers,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cptest.BeforeStop(sys.Stop)
+	go func() {
+		if err, ok := <-sys.Failed(); ok {
+			panic(fmt.Sprintf("systemtest: %v", err))
+		}
+	}()
+	s.Engines, s.Routers = sys.Engines, sys.Routers
 	return s, nil
 }
 

@@ -1,13 +1,12 @@
 // Package scheduler assembles berth-scheduler: kube-scheduler 1.37 with Berth's plugins
-// registered. cmd/scheduler, the sandbox and the integration tests all start it through
-// this package, so they run the same code.
+// registered. cmd/scheduler runs its command; the sandbox, the tests and the benchmarks run
+// it in-process through Run (internal/inprocess adapts the shipped configuration), so they
+// all run the same code.
 package scheduler
 
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,11 +17,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 
-	"sigs.k8s.io/yaml"
-
-	schedulermanifests "github.com/berth-sh/berth/manifests/scheduler"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/plugins/gang"
 )
 
 // NewCommand is the berth-scheduler command line: kube-scheduler's, with our plugins.
@@ -80,62 +75,4 @@ func Run(ctx context.Context, o Options) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-}
-
-// RunDefaultInProcess runs kube-scheduler's own default profile (schedulerName
-// default-scheduler, none of Berth's plugins) against kubeconfig until ctx ends: what a
-// cluster runs beside berth-scheduler, so the sandbox's plain Deployments are placed too.
-func RunDefaultInProcess(ctx context.Context, dir, kubeconfig string) error {
-	cfg, err := yaml.Marshal(map[string]any{
-		"apiVersion":       "kubescheduler.config.k8s.io/v1",
-		"kind":             "KubeSchedulerConfiguration",
-		"clientConnection": map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400},
-		"leaderElection":   map[string]any{"leaderElect": false},
-	})
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(dir, fmt.Sprintf("default-scheduler-%d.yaml", instances.Load()+1))
-	if err := os.WriteFile(path, cfg, 0o600); err != nil {
-		return err
-	}
-	return Run(ctx, Options{ConfigFile: path})
-}
-
-// InProcessConfig adapts the shipped configuration (manifests/scheduler/config.yaml) to run
-// inside another process against kubeconfig: leader election off (one instance), a client
-// rate fit for a benchmark, and the gang plugin's args replaced when gangArgs is not nil.
-func InProcessConfig(kubeconfig string, gangArgs map[string]any) ([]byte, error) {
-	var cfg map[string]any
-	if err := yaml.Unmarshal(schedulermanifests.Config, &cfg); err != nil {
-		return nil, fmt.Errorf("shipped scheduler config: %w", err)
-	}
-	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 5000, "burst": 5000}
-	cfg["leaderElection"] = map[string]any{"leaderElect": false}
-	if gangArgs != nil {
-		profiles, _ := cfg["profiles"].([]any)
-		for _, p := range profiles {
-			pluginConfig, _ := p.(map[string]any)["pluginConfig"].([]any)
-			for _, pc := range pluginConfig {
-				if pc := pc.(map[string]any); pc["name"] == gang.Name {
-					pc["args"] = gangArgs
-				}
-			}
-		}
-	}
-	return yaml.Marshal(cfg)
-}
-
-// RunInProcess writes the in-process configuration into dir and runs berth-scheduler until
-// ctx ends. It is how the sandbox, the tests and the benchmarks start it.
-func RunInProcess(ctx context.Context, dir, kubeconfig string, gangArgs map[string]any) error {
-	cfg, err := InProcessConfig(kubeconfig, gangArgs)
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(dir, fmt.Sprintf("berth-scheduler-%d.yaml", instances.Load()+1))
-	if err := os.WriteFile(path, cfg, 0o600); err != nil {
-		return err
-	}
-	return Run(ctx, Options{ConfigFile: path})
 }

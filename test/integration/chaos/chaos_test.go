@@ -47,6 +47,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/internal/replicas"
 	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -180,12 +181,11 @@ func TestChaos(t *testing.T) {
 	// The kubelet and engines stay up (they are the machines, not Berth); nodes come and go.
 	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	engines, err := sim.NewEngines(cfg, sim.EngineOptions{TimeScale: 0.01})
+	machines, err := inprocess.Start(ctx, cfg, inprocess.Options{Kubelet: &inprocess.KubeletOptions{
+		PodStartDelay: 100 * time.Millisecond, Engines: &sim.EngineOptions{TimeScale: 0.01}, Client: kube}})
 	require.NoError(t, err)
-	go func() { _ = engines.Run(ctx) }()
-	kubelet := sim.NewKubelet(kube, 100*time.Millisecond)
-	kubelet.BeforeReady = engines.Ensure
-	go kubelet.Run(ctx)
+	t.Cleanup(machines.Stop)
+	kubelet := machines.Kubelet
 	pools := map[string][]string{}
 	addNode := func(name, pool string) {
 		node := sim.NewNode(name, sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: gpusNode}, map[string]string{poolLabel: pool, systemtest.OwnerLabel: ns})

@@ -28,10 +28,10 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/internal/replicas"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -140,7 +140,7 @@ func newHarness(t *testing.T, prefix string) *harness {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	require.NoError(t, cp.WriteKubeconfig(kubeconfig))
 	h.inProcess = append(h.inProcess, startComponent(t, "berth-scheduler", func(ctx context.Context) error {
-		return scheduler.RunInProcess(ctx, dir, kubeconfig, nil)
+		return inprocess.RunScheduler(ctx, dir, kubeconfig, inprocess.SchedulerOptions{})
 	}))
 	kubelet := sim.NewKubelet(h.kube, 300*time.Millisecond)
 	kctx, stopKubelet := context.WithCancel(context.Background())

@@ -29,8 +29,8 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/inprocess"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -143,7 +143,7 @@ func (w *world) startSchedulerWith(gangArgs map[string]any) (stop func()) {
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
 	go func() {
-		err := scheduler.RunInProcess(ctx, dir, kubeconfig, gangArgs)
+		err := inprocess.RunScheduler(ctx, dir, kubeconfig, inprocess.SchedulerOptions{GangArgs: gangArgs})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("berth-scheduler exited early: %v", err)
 		}

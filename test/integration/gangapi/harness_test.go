@@ -40,8 +40,8 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/inprocess"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -66,7 +66,7 @@ func TestMain(m *testing.M) {
 func runScheduler(kubeconfig string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	err := scheduler.RunInProcess(ctx, filepath.Dir(kubeconfig), kubeconfig, map[string]any{"permitWaitingTimeSeconds": 30, "backoffSeconds": 1})
+	err := inprocess.RunScheduler(ctx, filepath.Dir(kubeconfig), kubeconfig, inprocess.SchedulerOptions{GangArgs: map[string]any{"permitWaitingTimeSeconds": 30, "backoffSeconds": 1}})
 	if err != nil && ctx.Err() == nil {
 		fmt.Fprintln(os.Stderr, "berth-scheduler:", err)
 		return 1

@@ -25,11 +25,11 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
+	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/internal/replicas"
 	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -396,7 +396,7 @@ func TestControllerLeaderKilledMidRollout(t *testing.T) {
 	require.NoError(t, cp.WriteKubeconfig(kubeconfig))
 	sctx, stopScheduler := context.WithCancel(ctx)
 	schedDone := make(chan struct{})
-	go func() { defer close(schedDone); _ = scheduler.RunInProcess(sctx, dir, kubeconfig, nil) }()
+	go func() { defer close(schedDone); _ = inprocess.RunScheduler(sctx, dir, kubeconfig, inprocess.SchedulerOptions{}) }()
 	t.Cleanup(func() { stopScheduler(); <-schedDone })
 	kubelet := sim.NewKubelet(kube, time.Duration(200+rng.IntN(300))*time.Millisecond)
 	go kubelet.Run(ctx)

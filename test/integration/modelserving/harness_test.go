@@ -24,10 +24,10 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -49,9 +49,6 @@ const gpu = corev1.ResourceName("nvidia.com/gpu")
 
 func startSystem(t *testing.T) {
 	startOnce.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		var running sync.WaitGroup
-		cptest.BeforeStop(func() { cancel(); running.Wait() })
 		cfg := cp.RESTConfig()
 		kube = kubernetes.NewForConfigOrDie(cfg)
 		var err error
@@ -62,20 +59,15 @@ func startSystem(t *testing.T) {
 		require.NoError(t, err)
 		kubeconfig := filepath.Join(dir, "kubeconfig")
 		require.NoError(t, cp.WriteKubeconfig(kubeconfig))
-		running.Add(3)
-		go func() {
-			defer running.Done()
-			if err := scheduler.RunInProcess(ctx, dir, kubeconfig, nil); err != nil && ctx.Err() == nil {
-				panic(fmt.Sprintf("berth-scheduler exited: %v", err))
-			}
-		}()
-
-		mgr, err := controller.NewManager(cfg, controller.Options{MetricsAddr: "0"})
+		sys, err := inprocess.Start(context.Background(), cfg, inprocess.Options{Dir: dir, Kubeconfig: kubeconfig,
+			Scheduler:  &inprocess.SchedulerOptions{},
+			Controller: &controller.Options{},
+			Kubelet:    &inprocess.KubeletOptions{PodStartDelay: 200 * time.Millisecond, Client: kube},
+		})
 		require.NoError(t, err)
-		go func() { defer running.Done(); _ = mgr.Start(ctx) }()
-
-		kubelet = sim.NewKubelet(kube, 200*time.Millisecond)
-		go func() { defer running.Done(); kubelet.Run(ctx) }()
+		cptest.BeforeStop(sys.Stop)
+		go func() { panic(fmt.Sprintf("%v", <-sys.Failed())) }()
+		kubelet = sys.Kubelet
 	})
 }
 

@@ -32,11 +32,11 @@ import (
 
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
+	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
-	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -71,9 +71,7 @@ var (
 // profile (short gang timeouts), berth-controller and the simulated kubelet.
 func startSystem(t *testing.T) {
 	startOnce.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		var running sync.WaitGroup
-		cptest.BeforeStop(func() { cancel(); running.Wait() })
+		ctx := context.Background()
 		cfg := cp.RESTConfig()
 		cfg.QPS, cfg.Burst = 500, 1000
 		kube = kubernetes.NewForConfigOrDie(cfg)
@@ -90,19 +88,14 @@ func startSystem(t *testing.T) {
 		require.NoError(t, err)
 		kubeconfig := filepath.Join(dir, "kubeconfig")
 		require.NoError(t, cp.WriteKubeconfig(kubeconfig))
-		running.Add(3)
-		go func() {
-			defer running.Done()
-			err := scheduler.RunInProcess(ctx, dir, kubeconfig, map[string]any{"permitWaitingTimeSeconds": 5, "backoffSeconds": 1})
-			if err != nil && ctx.Err() == nil {
-				panic(fmt.Sprintf("berth-scheduler exited: %v", err))
-			}
-		}()
-		mgr, err := controller.NewManager(cp.RESTConfig(), controller.Options{MetricsAddr: "0"})
+		sys, err := inprocess.Start(context.Background(), cp.RESTConfig(), inprocess.Options{Dir: dir, Kubeconfig: kubeconfig,
+			Scheduler:  &inprocess.SchedulerOptions{GangArgs: map[string]any{"permitWaitingTimeSeconds": 5, "backoffSeconds": 1}},
+			Controller: &controller.Options{},
+			Kubelet:    &inprocess.KubeletOptions{PodStartDelay: 50 * time.Millisecond, Client: kube},
+		})
 		require.NoError(t, err)
-		go func() { defer running.Done(); _ = mgr.Start(ctx) }()
-		kubelet := sim.NewKubelet(kube, 50*time.Millisecond)
-		go func() { defer running.Done(); kubelet.Run(ctx) }()
+		cptest.BeforeStop(sys.Stop)
+		go func() { panic(fmt.Sprintf("%v", <-sys.Failed())) }()
 	})
 }
 
