@@ -15,7 +15,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/configz"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	schedulerconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	kubescheduler "k8s.io/kubernetes/pkg/scheduler"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
@@ -41,21 +43,11 @@ var instances atomic.Int64
 
 // Run runs berth-scheduler until ctx ends, exactly as the binary would with --config.
 func Run(ctx context.Context, o Options) error {
-	opts := options.NewOptions()
-	opts.ConfigFile = o.ConfigFile
-	opts.SecureServing.BindPort = o.SecurePort
-	// Informer names are unique per process; tests and the sandbox may run several
-	// schedulers one after another (or side by side) in one process.
-	name, err := cache.NewInformerName(fmt.Sprintf("berth-scheduler-%d", instances.Add(1)))
+	cc, sched, release, err := setup(ctx, o)
 	if err != nil {
 		return err
 	}
-	defer name.Release()
-	opts.InformerName = name
-	cc, sched, err := app.Setup(ctx, opts, Plugins()...)
-	if err != nil {
-		return fmt.Errorf("berth-scheduler setup: %w", err)
-	}
+	defer release()
 	// kube-scheduler registers its config under a process-wide configz key and fails if
 	// the key exists, so a second scheduler in the same process (a restart in a test, the
 	// sandbox's default scheduler beside berth-scheduler, a standby) must find it free. Two
@@ -75,4 +67,26 @@ func Run(ctx context.Context, o Options) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// setup reads the configuration and builds the scheduler with every plugin of its profiles,
+// as app.Setup does for the binary; nothing is scheduled until app.Run. release frees the
+// scheduler's informer name once it has stopped.
+func setup(ctx context.Context, o Options) (*schedulerconfig.CompletedConfig, *kubescheduler.Scheduler, func(), error) {
+	opts := options.NewOptions()
+	opts.ConfigFile = o.ConfigFile
+	opts.SecureServing.BindPort = o.SecurePort
+	// Informer names are unique per process; tests and the sandbox may run several
+	// schedulers one after another (or side by side) in one process.
+	name, err := cache.NewInformerName(fmt.Sprintf("berth-scheduler-%d", instances.Add(1)))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	opts.InformerName = name
+	cc, sched, err := app.Setup(ctx, opts, Plugins()...)
+	if err != nil {
+		name.Release()
+		return nil, nil, nil, fmt.Errorf("berth-scheduler setup: %w", err)
+	}
+	return cc, sched, name.Release, nil
 }

@@ -1,17 +1,20 @@
 package accelerator
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/berth-sh/berth/pkg/plugins/pluginargs"
 )
 
 // Args configure the accelerator plugin (pluginConfig.args in the KubeSchedulerConfiguration).
@@ -99,35 +102,30 @@ func (a *Args) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// decodeArgs decodes, applies defaults and validates.
+// decodeArgs decodes strictly, applies defaults and validates. Its error names every
+// unknown field and every invalid one, with its path.
 func decodeArgs(obj runtime.Object) (*Args, error) {
 	args := &Args{}
-	switch typed := obj.(type) {
-	case nil:
-	case *Args:
+	var errs []error
+	if typed, ok := obj.(*Args); ok {
 		if typed != nil {
 			args = typed.DeepCopyObject().(*Args)
 		}
-	case *runtime.Unknown:
-		// Decoded strictly: a misspelt field (classCost, resource) would otherwise be
-		// dropped without a word and the plugin would run on defaults.
-		if len(typed.Raw) > 0 && (typed.ContentType == "" || typed.ContentType == runtime.ContentTypeJSON) {
-			dec := json.NewDecoder(bytes.NewReader(typed.Raw))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(args); err != nil {
-				return nil, fmt.Errorf("accelerator args: %w", err)
-			}
-		} else if err := frameworkruntime.DecodeInto(typed, args); err != nil {
+	} else {
+		// A misspelt field (classCost, resource) would otherwise be dropped without a word
+		// and the plugin would run on defaults.
+		strict, err := pluginargs.Decode(obj, args)
+		if err != nil {
 			return nil, fmt.Errorf("accelerator args: %w", err)
 		}
-	default:
-		if err := frameworkruntime.DecodeInto(obj, args); err != nil {
-			return nil, fmt.Errorf("accelerator args: %w", err)
-		}
+		errs = strict
 	}
 	setDefaults(args)
-	if err := validateArgs(args); err != nil {
-		return nil, fmt.Errorf("accelerator args: %w", err)
+	for _, e := range validateArgs(args) {
+		errs = append(errs, e)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("accelerator args: %w", utilerrors.NewAggregate(errs))
 	}
 	return args, nil
 }
@@ -167,43 +165,47 @@ func setDefaults(args *Args) {
 	}
 }
 
-func validateArgs(args *Args) error {
-	seen := make(map[corev1.ResourceName]int, len(args.Resources))
+// validateArgs checks defaulted args and reports every invalid field.
+func validateArgs(args *Args) field.ErrorList {
+	var errs field.ErrorList
+	resources := field.NewPath("resources")
+	seen := make(map[corev1.ResourceName]bool, len(args.Resources))
 	for i, r := range args.Resources {
-		field := fmt.Sprintf("resources[%d]", i)
-		if r.Name == "" {
-			return fmt.Errorf("%s.name is required", field)
+		path := resources.Index(i)
+		switch {
+		case r.Name == "":
+			errs = append(errs, field.Required(path.Child("name"), "an extended resource name such as nvidia.com/gpu"))
+		case !isExtendedResourceName(r.Name):
+			errs = append(errs, field.Invalid(path.Child("name"), r.Name, "not an extended resource name (<domain>/<name>, outside kubernetes.io)"))
+		case seen[r.Name]:
+			errs = append(errs, field.Duplicate(path.Child("name"), r.Name))
 		}
-		if !isExtendedResourceName(r.Name) {
-			return fmt.Errorf("%s.name %q is not an extended resource name (<domain>/<name>, outside kubernetes.io)", field, r.Name)
-		}
-		if j, dup := seen[r.Name]; dup {
-			return fmt.Errorf("%s.name %q is already resources[%d].name", field, r.Name, j)
-		}
-		seen[r.Name] = i
+		seen[r.Name] = true
 		for _, l := range []struct{ name, key string }{
 			{"productLabel", r.ProductLabel}, {"familyLabel", r.FamilyLabel}, {"memoryLabel", r.MemoryLabel},
 		} {
 			if l.key == "" {
 				continue
 			}
-			if errs := validation.IsQualifiedName(l.key); len(errs) > 0 {
-				return fmt.Errorf("%s.%s %q is not a label key: %s", field, l.name, l.key, strings.Join(errs, "; "))
+			if msgs := validation.IsQualifiedName(l.key); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(path.Child(l.name), l.key, "not a label key: "+strings.Join(msgs, "; ")))
 			}
 		}
 		if r.MemoryLabelUnit != UnitMiB && r.MemoryLabelUnit != UnitGiB {
-			return fmt.Errorf("%s.memoryLabelUnit must be %s or %s, got %q", field, UnitMiB, UnitGiB, r.MemoryLabelUnit)
+			errs = append(errs, field.NotSupported(path.Child("memoryLabelUnit"), r.MemoryLabelUnit, []string{UnitMiB, UnitGiB}))
 		}
 	}
-	for product, cost := range args.ClassCosts {
-		if errs := validation.IsValidLabelValue(product); product == "" || len(errs) > 0 {
-			return fmt.Errorf("classCosts key %q is not a product label value", product)
+	costs := field.NewPath("classCosts")
+	for _, product := range slices.Sorted(maps.Keys(args.ClassCosts)) {
+		cost := args.ClassCosts[product]
+		if msgs := validation.IsValidLabelValue(product); product == "" || len(msgs) > 0 {
+			errs = append(errs, field.Invalid(costs.Key(product), product, "the key is not a product label value"))
 		}
 		if math.IsNaN(cost) || cost < 0 || cost > maxClassCost {
-			return fmt.Errorf("classCosts[%q] must be between 0 and %g, got %v", product, float64(maxClassCost), cost)
+			errs = append(errs, field.Invalid(costs.Key(product), cost, fmt.Sprintf("must be between 0 and %g", float64(maxClassCost))))
 		}
 	}
-	return nil
+	return errs
 }
 
 // isExtendedResourceName is the API's rule: a qualified name with a domain, outside the

@@ -64,18 +64,45 @@ func TestArgsValidationNamesTheField(t *testing.T) {
 		args *Args
 		want string
 	}{
-		{&Args{Resources: []AcceleratorResource{{ProductLabel: "x"}}}, "resources[0].name is required"},
-		{&Args{Resources: []AcceleratorResource{{Name: "cpu"}}}, `resources[0].name "cpu" is not an extended resource name`},
-		{&Args{Resources: []AcceleratorResource{{Name: "kubernetes.io/gpu"}}}, `resources[0].name "kubernetes.io/gpu" is not an extended resource name`},
-		{&Args{Resources: []AcceleratorResource{{Name: "nvidia.com/gpu"}, {Name: "nvidia.com/gpu"}}}, `resources[1].name "nvidia.com/gpu" is already resources[0].name`},
-		{&Args{Resources: []AcceleratorResource{{Name: "example.com/npu", ProductLabel: "bad label!"}}}, `resources[0].productLabel "bad label!" is not a label key`},
-		{&Args{Resources: []AcceleratorResource{{Name: "example.com/npu", MemoryLabelUnit: "GB"}}}, `resources[0].memoryLabelUnit must be MiB or GiB, got "GB"`},
-		{&Args{ClassCosts: map[string]float64{a100: -1}}, `classCosts["NVIDIA-A100-SXM4-80GB"] must be between 0 and 1e+06, got -1`},
-		{&Args{ClassCosts: map[string]float64{a100: math.NaN()}}, `classCosts["NVIDIA-A100-SXM4-80GB"] must be between 0 and`},
-		{&Args{ClassCosts: map[string]float64{"NVIDIA A100": 1}}, `classCosts key "NVIDIA A100" is not a product label value`},
+		{&Args{Resources: []AcceleratorResource{{ProductLabel: "x"}}}, "resources[0].name: Required value"},
+		{&Args{Resources: []AcceleratorResource{{Name: "cpu"}}}, `resources[0].name: Invalid value: "cpu": not an extended resource name`},
+		{&Args{Resources: []AcceleratorResource{{Name: "kubernetes.io/gpu"}}}, `resources[0].name: Invalid value: "kubernetes.io/gpu": not an extended resource name`},
+		{&Args{Resources: []AcceleratorResource{{Name: "nvidia.com/gpu"}, {Name: "nvidia.com/gpu"}}}, `resources[1].name: Duplicate value: "nvidia.com/gpu"`},
+		{&Args{Resources: []AcceleratorResource{{Name: "example.com/npu", ProductLabel: "bad label!"}}}, `resources[0].productLabel: Invalid value: "bad label!": not a label key`},
+		{&Args{Resources: []AcceleratorResource{{Name: "example.com/npu", MemoryLabelUnit: "GB"}}}, `resources[0].memoryLabelUnit: Unsupported value: "GB": supported values: "MiB", "GiB"`},
+		{&Args{ClassCosts: map[string]float64{a100: -1}}, `classCosts[NVIDIA-A100-SXM4-80GB]: Invalid value: -1: must be between 0 and 1e+06`},
+		{&Args{ClassCosts: map[string]float64{a100: math.NaN()}}, `classCosts[NVIDIA-A100-SXM4-80GB]: Invalid value: NaN: must be between 0 and`},
+		{&Args{ClassCosts: map[string]float64{"NVIDIA A100": 1}}, `classCosts[NVIDIA A100]: Invalid value: "NVIDIA A100": the key is not a product label value`},
 	} {
 		_, err := decodeArgs(tc.args)
 		assert.ErrorContains(t, err, "accelerator args: "+tc.want)
+	}
+}
+
+// Args with several mistakes at once, as the scheduler hands them over: every one is
+// reported, each with its path, not only the first.
+func TestArgsReportEveryMistake(t *testing.T) {
+	_, err := decodeArgs(&runtime.Unknown{ContentType: runtime.ContentTypeJSON, Raw: []byte(`{
+		"resources": [
+			{"name": "cpu", "productLable": "x"},
+			{"name": "example.com/npu", "memoryLabel": "bad label!", "memoryLabelUnit": "GB"},
+			{"name": "example.com/npu"}
+		],
+		"classCosts": {"NVIDIA A100": 1, "NVIDIA-H100-80GB-HBM3": -2},
+		"preferNodesWithoutAccelerator": false
+	}`)})
+	require.Error(t, err)
+	for _, want := range []string{
+		`unknown field "resources[0].productLable"`,
+		`unknown field "preferNodesWithoutAccelerator"`,
+		`resources[0].name: Invalid value: "cpu": not an extended resource name`,
+		`resources[1].memoryLabel: Invalid value: "bad label!": not a label key`,
+		`resources[1].memoryLabelUnit: Unsupported value: "GB"`,
+		`resources[2].name: Duplicate value: "example.com/npu"`,
+		`classCosts[NVIDIA A100]: Invalid value: "NVIDIA A100": the key is not a product label value`,
+		`classCosts[NVIDIA-H100-80GB-HBM3]: Invalid value: -2: must be between 0 and 1e+06`,
+	} {
+		assert.ErrorContains(t, err, want)
 	}
 }
 

@@ -6,9 +6,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
+	"github.com/berth-sh/berth/pkg/plugins/pluginargs"
 	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
 
@@ -60,16 +62,33 @@ func (a *Args) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// decodeArgs applies defaults and validates.
+// decodeArgs decodes strictly, applies defaults and validates. Its error names every
+// unknown field and every invalid one, with its path.
 func decodeArgs(obj runtime.Object) (*Args, error) {
 	args := &Args{}
-	if obj != nil {
-		if typed, ok := obj.(*Args); ok {
+	var errs []error
+	if typed, ok := obj.(*Args); ok {
+		if typed != nil {
 			args = typed.DeepCopyObject().(*Args)
-		} else if err := frameworkruntime.DecodeInto(obj, args); err != nil {
+		}
+	} else {
+		strict, err := pluginargs.Decode(obj, args)
+		if err != nil {
 			return nil, fmt.Errorf("gang args: %w", err)
 		}
+		errs = strict
 	}
+	setDefaults(args)
+	for _, e := range validateArgs(args) {
+		errs = append(errs, e)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("gang args: %w", utilerrors.NewAggregate(errs))
+	}
+	return args, nil
+}
+
+func setDefaults(args *Args) {
 	if args.PermitWaitingTimeSeconds == nil {
 		v := int64(defaultWaitSeconds)
 		args.PermitWaitingTimeSeconds = &v
@@ -82,13 +101,33 @@ func decodeArgs(obj runtime.Object) (*Args, error) {
 		v := int64(defaultReserveAfterSeconds)
 		args.ReserveAfterSeconds = &v
 	}
-	if *args.PermitWaitingTimeSeconds <= 0 {
-		return nil, fmt.Errorf("gang args: permitWaitingTimeSeconds must be positive, got %d", *args.PermitWaitingTimeSeconds)
+}
+
+// validateArgs checks defaulted args and reports every invalid field.
+func validateArgs(args *Args) field.ErrorList {
+	var errs field.ErrorList
+	tooLong := fmt.Sprintf("must be at most %d (seconds a duration can hold)", pluginargs.MaxSeconds)
+	wait := field.NewPath("permitWaitingTimeSeconds")
+	switch v := *args.PermitWaitingTimeSeconds; {
+	case v <= 0:
+		errs = append(errs, field.Invalid(wait, v, "must be positive"))
+	case v > pluginargs.MaxSeconds:
+		errs = append(errs, field.Invalid(wait, v, tooLong))
 	}
-	if *args.BackoffSeconds < 0 {
-		return nil, fmt.Errorf("gang args: backoffSeconds must not be negative, got %d", *args.BackoffSeconds)
+	backoff := field.NewPath("backoffSeconds")
+	switch v := *args.BackoffSeconds; {
+	case v < 0:
+		errs = append(errs, field.Invalid(backoff, v, "must not be negative"))
+	case v > pluginargs.MaxSeconds:
+		errs = append(errs, field.Invalid(backoff, v, tooLong))
 	}
-	return args, nil
+	// Any negative value turns keeping capacity off (the model checks reserveAfter >= 0), so
+	// only a value no duration can hold is refused: it would wrap around to another one.
+	if v := *args.ReserveAfterSeconds; v < -pluginargs.MaxSeconds || v > pluginargs.MaxSeconds {
+		errs = append(errs, field.Invalid(field.NewPath("reserveAfterSeconds"), v,
+			fmt.Sprintf("must be between %d and %d (negative: never keep capacity)", -pluginargs.MaxSeconds, pluginargs.MaxSeconds)))
+	}
+	return errs
 }
 
 // waitTimeout is the Permit wait for a group: its annotation, else the plugin default.

@@ -21,7 +21,7 @@ func TestArgsDefaultsAndValidation(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(60), *args.PermitWaitingTimeSeconds)
 	_, err = decodeArgs(&Args{PermitWaitingTimeSeconds: ptr.To[int64](0)})
-	assert.ErrorContains(t, err, "permitWaitingTimeSeconds must be positive")
+	assert.ErrorContains(t, err, "permitWaitingTimeSeconds: Invalid value: 0: must be positive")
 
 	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{WaitTimeoutAnnotation: "5s"}}}
 	assert.Equal(t, "5s", args.waitTimeout(pg).String())

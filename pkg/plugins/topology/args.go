@@ -2,12 +2,17 @@ package topology
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/berth-sh/berth/pkg/plugins/pluginargs"
 )
 
 // Args configure the topology plugin (pluginConfig.args in the KubeSchedulerConfiguration).
@@ -36,37 +41,69 @@ func (a *Args) DeepCopyObject() runtime.Object {
 	return &out
 }
 
-// decodeArgs applies defaults and validates; errors name the field.
+// decodeArgs decodes strictly, applies defaults and validates. Its error names every
+// unknown field and every invalid one, with its path.
 func decodeArgs(obj runtime.Object) (*Args, error) {
 	args := &Args{}
-	if obj != nil {
-		if typed, ok := obj.(*Args); ok {
+	var errs []error
+	if typed, ok := obj.(*Args); ok {
+		if typed != nil {
 			args = typed.DeepCopyObject().(*Args)
-		} else if err := frameworkruntime.DecodeInto(obj, args); err != nil {
+		}
+	} else {
+		strict, err := pluginargs.Decode(obj, args)
+		if err != nil {
 			return nil, fmt.Errorf("topology args: %w", err)
 		}
+		errs = strict
 	}
 	if args.RetryOtherDomainSeconds == nil {
 		v := int64(defaultRetryOtherDomainSeconds)
 		args.RetryOtherDomainSeconds = &v
 	}
-	if *args.RetryOtherDomainSeconds < 0 {
-		return nil, fmt.Errorf("topology args: retryOtherDomainSeconds must not be negative, got %d", *args.RetryOtherDomainSeconds)
+	for _, e := range validateArgs(args) {
+		errs = append(errs, e)
 	}
-	names, keys := map[string]bool{}, map[string]bool{}
-	for i, t := range args.NodeLabelTiers {
-		if t.Name == "" {
-			return nil, fmt.Errorf("topology args: nodeLabelTiers[%d].name must not be empty", i)
-		}
-		if errs := validation.IsQualifiedName(t.Label); len(errs) > 0 {
-			return nil, fmt.Errorf("topology args: nodeLabelTiers[%d].label %q is not a label key: %v", i, t.Label, errs)
-		}
-		if names[t.Name] || keys[t.Label] {
-			return nil, fmt.Errorf("topology args: nodeLabelTiers[%d] repeats name %q or label %q", i, t.Name, t.Label)
-		}
-		names[t.Name], keys[t.Label] = true, true
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("topology args: %w", utilerrors.NewAggregate(errs))
 	}
 	return args, nil
+}
+
+// validateArgs checks defaulted args and reports every invalid field.
+func validateArgs(args *Args) field.ErrorList {
+	var errs field.ErrorList
+	retry := field.NewPath("retryOtherDomainSeconds")
+	switch v := *args.RetryOtherDomainSeconds; {
+	case v < 0:
+		errs = append(errs, field.Invalid(retry, v, "must not be negative"))
+	case v > pluginargs.MaxSeconds:
+		errs = append(errs, field.Invalid(retry, v, fmt.Sprintf("must be at most %d (seconds a duration can hold)", pluginargs.MaxSeconds)))
+	}
+	tiers := field.NewPath("nodeLabelTiers")
+	names, keys := sets.New[string](), sets.New[string]()
+	for i, t := range args.NodeLabelTiers {
+		name, label := tiers.Index(i).Child("name"), tiers.Index(i).Child("label")
+		switch {
+		case t.Name == "":
+			errs = append(errs, field.Required(name, "the tier's name, for highestTierName"))
+		case names.Has(t.Name):
+			errs = append(errs, field.Duplicate(name, t.Name))
+		}
+		switch {
+		case t.Label == "":
+			errs = append(errs, field.Required(label, "the node label that names the node's domain at this tier"))
+		case keys.Has(t.Label):
+			errs = append(errs, field.Duplicate(label, t.Label))
+		default:
+			if msgs := validation.IsQualifiedName(t.Label); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(label, t.Label, "not a label key: "+strings.Join(msgs, "; ")))
+			}
+		}
+		names.Insert(t.Name)
+		keys.Insert(t.Label)
+	}
+	return errs
 }
 
 func (a *Args) retryOtherDomain() time.Duration {

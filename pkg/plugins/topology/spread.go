@@ -141,3 +141,13 @@ func describeCounts(counts map[string]int) string {
 	}
 	return out
 }
+
+// sortedTargets orders spread zones: fewest groups first, then by name.
+func sortedTargets(ts []*placement.Target, count map[string]int) {
+	sort.SliceStable(ts, func(i, j int) bool {
+		if count[ts[i].Name] != count[ts[j].Name] {
+			return count[ts[i].Name] < count[ts[j].Name]
+		}
+		return ts[i].Name < ts[j].Name
+	})
+}

@@ -2,7 +2,6 @@ package topology
 
 import (
 	"fmt"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -10,10 +9,11 @@ import (
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
-// This file chooses the domain a whole group goes to, before its first pod binds, by
-// simulating the group's placement in each candidate domain with the shared placement
-// model. It holds no framework state: the plugin hands it the fabric, the pool and the
-// group's units, so the rules are unit-tested on their own.
+// This file is the search behind ChooseDomain (domainchooser.go): it chooses the domain a
+// whole group goes to, before its first pod binds, by simulating the group's placement in
+// each candidate domain with the shared placement model. It holds no framework state: the
+// plugin hands it the fabric, the pool and the group's units, so the rules are unit-tested
+// on their own.
 
 // constraint is a network-topology requirement (the group's, or a subgroup's).
 type constraint struct {
@@ -234,14 +234,4 @@ func (c *choice) subDomain(s *placement.Simulation, u *unitToPlace, t *placement
 		return t
 	}
 	return nil
-}
-
-// sortedTargets orders spread zones: fewest groups first, then by name.
-func sortedTargets(ts []*placement.Target, count map[string]int) {
-	sort.SliceStable(ts, func(i, j int) bool {
-		if count[ts[i].Name] != count[ts[j].Name] {
-			return count[ts[i].Name] < count[ts[j].Name]
-		}
-		return ts[i].Name < ts[j].Name
-	})
 }

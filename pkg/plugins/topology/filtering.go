@@ -1,0 +1,122 @@
+package topology
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/berth-sh/berth/pkg/plugins/placement"
+)
+
+// stateKey is where PreFilter leaves the pod's cycleState.
+const stateKey fwk.StateKey = "PreFilter" + Name
+
+// cycleState carries the pod's target from PreFilter to Score.
+type cycleState struct {
+	fabric *Fabric
+	target *placement.Target
+	anchor string // a node of the target, to find the target's domains at higher tiers
+	key    string // the group
+}
+
+// Clone returns the state itself: it is never modified after PreFilter.
+func (c *cycleState) Clone() fwk.StateData { return c }
+
+func readCycleState(state fwk.CycleState) (*cycleState, error) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading %q from cycle state: %w", stateKey, err)
+	}
+	s, ok := data.(*cycleState)
+	if !ok {
+		return nil, fmt.Errorf("%q has type %T", stateKey, data)
+	}
+	return s, nil
+}
+
+// PreFilter confines the pod to its group's domain, which the placement model chose for
+// the whole group (through ChooseDomain) when it planned the group.
+func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	pg, err := t.podGroups.Get(pod)
+	if err != nil || asksForNothing(pod, pg) {
+		return nil, fwk.NewStatus(fwk.Skip) // the gang plugin explains a missing PodGroup
+	}
+	req, err := placement.NewRequirement(pg)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	// The gang plugin planned the group earlier in this cycle; this returns that plan, and
+	// plans only when the profile has no gang plugin.
+	out, err := t.model.PlanFor(pod, pg, req, defaultPlanTTL)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if out.Plan == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: %s", key, out.Refusal))
+	}
+	tgt := out.Plan.Domain
+	if len(out.Plan.Sub) > 0 {
+		// The pod's subgroup is found by unit key, so a pod recreated after the plan was
+		// made still joins its subgroup's domain.
+		for _, u := range req.Units(t.model.GroupPods(key)) {
+			if s := out.Plan.Sub[u.Key]; s != nil && containsPod(u.Pods, pod) {
+				tgt = s
+			}
+		}
+	}
+	if tgt == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	f, err := t.currentFabric()
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	cs := &cycleState{fabric: f, target: tgt, key: key}
+	if len(tgt.List) > 0 {
+		cs.anchor = tgt.List[0]
+	}
+	state.Write(stateKey, cs)
+	// Hard constraints confine the pod to its target. Soft ones steer it there the same way
+	// while the plan says the group fits: kube-scheduler scores only a sample of the nodes
+	// in a large cluster, and a preference the sample misses is no preference. If the pod
+	// still fails there, PostFilter gives the domain up and the next attempt looks elsewhere.
+	return &fwk.PreFilterResult{NodeNames: tgt.Nodes.Clone()}, nil
+}
+
+// defaultPlanTTL bounds a plan the topology plugin makes itself (without the gang plugin).
+const defaultPlanTTL = time.Minute
+
+// PostFilter runs when the pod fit no node it was allowed: the group's next attempt tries
+// another domain first (and, in soft mode, anywhere once no domain is left).
+func (t *Topology) PostFilter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	cs, err := readCycleState(state)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	t.mu.Lock()
+	if cs.target.Tier > 0 && t.args.retryOtherDomain() > 0 {
+		t.stateLocked(cs.key).avoid[cs.target.Name] = time.Now().Add(t.args.retryOtherDomain())
+	}
+	t.mu.Unlock()
+	t.model.Drop(cs.key)
+	return nil, fwk.NewStatus(fwk.Unschedulable)
+}
+
+// PreFilterExtensions is not needed: the plugin keeps no per-node state in a cycle.
+func (t *Topology) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+func containsPod(pods []*corev1.Pod, pod *corev1.Pod) bool {
+	for _, p := range pods {
+		if p.UID == pod.UID {
+			return true
+		}
+	}
+	return false
+}
