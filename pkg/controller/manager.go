@@ -33,6 +33,7 @@ import (
 	"github.com/berth-sh/berth/pkg/autoscale/binding"
 	"github.com/berth-sh/berth/pkg/autoscale/variantscaler"
 	"github.com/berth-sh/berth/pkg/llmazserving"
+	"github.com/berth-sh/berth/pkg/modelbooster"
 	"github.com/berth-sh/berth/pkg/routestatus"
 	"github.com/berth-sh/berth/pkg/workload"
 )
@@ -124,7 +125,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ModelServing reconciler: %w", err)
 	}
-	if err := (&workload.BoosterReconciler{
+	if err := (&modelbooster.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("berth-controller"),
 	}).SetupWithManager(mgr); err != nil {

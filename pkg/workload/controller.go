@@ -104,7 +104,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Scale up (and surge): new groups take the lowest free ordinals.
 	if len(groups) < allowed {
 		for _, idx := range freeOrdinals(groups, allowed-len(groups)) {
-			r.Recorder.Eventf(ms, corev1.EventTypeNormal, "CreateGroup", "creating ServingGroup %s", GroupName(ms.Name, idx))
+			r.Recorder.Eventf(ms, corev1.EventTypeNormal, "CreateGroup", "creating ServingGroup %s", workloadv1alpha1.ServingGroupName(ms.Name, idx))
 			groups[idx] = &servingGroup{index: idx, pods: map[string]*corev1.Pod{}}
 		}
 	}
@@ -154,7 +154,7 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 	units := groupUnits(ms, g)
 	// Pods of role replicas the spec no longer has (a role scaled down) go first.
 	if extra := podsOutside(g, units); len(extra) > 0 {
-		r.Recorder.Eventf(ms, corev1.EventTypeNormal, "ScaleRole", "deleting %d pods of %s: their role replicas are no longer in the spec", len(extra), GroupName(ms.Name, g.index))
+		r.Recorder.Eventf(ms, corev1.EventTypeNormal, "ScaleRole", "deleting %d pods of %s: their role replicas are no longer in the spec", len(extra), workloadv1alpha1.ServingGroupName(ms.Name, g.index))
 		for _, p := range extra {
 			if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
 				return 0, err
@@ -265,7 +265,7 @@ func (r *Reconciler) createIfMissing(ctx context.Context, obj client.Object) err
 
 // deleteGroup removes a group's pods, Services and PodGroup.
 func (r *Reconciler) deleteGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, idx int, reason string) error {
-	group := GroupName(ms.Name, idx)
+	group := workloadv1alpha1.ServingGroupName(ms.Name, idx)
 	r.Recorder.Eventf(ms, corev1.EventTypeNormal, reason, "deleting ServingGroup %s", group)
 	sel := client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name, workloadv1alpha1.GroupNameLabel: group}
 	if err := r.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ms.Namespace), sel); err != nil {

@@ -24,14 +24,9 @@ const (
 	taskSpecAnnotation  = volcanobatchv1alpha1.TaskSpecKey
 )
 
-// Scheduler names that read Volcano PodGroups.
-const (
-	berthScheduler   = workloadv1alpha1.BerthSchedulerName
-	volcanoScheduler = "volcano"
-)
-
-// GroupName is ServingGroup i of a ModelServing: "<ms>-<i>".
-func GroupName(ms string, i int) string { return fmt.Sprintf("%s-%d", ms, i) }
+// volcanoScheduler is Volcano's scheduler name; it and berth-scheduler
+// (workloadv1alpha1.BerthSchedulerName) read Volcano PodGroups.
+const volcanoScheduler = "volcano"
 
 // RoleReplicaName is replica j of role r: "<r>-<j>"; it is also the Volcano task name.
 func RoleReplicaName(role string, j int) string { return fmt.Sprintf("%s-%d", role, j) }
@@ -61,7 +56,7 @@ func groupIndex(ms, group string) (int, bool) {
 // places it and the group asks for a gang, a topology, or has a role with workers, or when
 // the ModelServing spreads its groups (the scheduler counts groups by their PodGroup).
 func needsPodGroup(ms *workloadv1alpha1.ModelServing) bool {
-	if ms.Spec.SchedulerName != berthScheduler && ms.Spec.SchedulerName != volcanoScheduler {
+	if ms.Spec.SchedulerName != workloadv1alpha1.BerthSchedulerName && ms.Spec.SchedulerName != volcanoScheduler {
 		return false
 	}
 	t := ms.Spec.Template
@@ -99,7 +94,7 @@ func minRoleReplicas(ms *workloadv1alpha1.ModelServing, r *workloadv1alpha1.Role
 // summed requests of those pods, the group's networkTopology, and one subGroupPolicy per
 // role with workers so a role replica is placed whole.
 func BuildPodGroup(ms *workloadv1alpha1.ModelServing, i int) *volcanov1beta1.PodGroup {
-	name := GroupName(ms.Name, i)
+	name := workloadv1alpha1.ServingGroupName(ms.Name, i)
 	pg := &volcanov1beta1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ms.Namespace, Name: name,
@@ -187,7 +182,7 @@ func BuildPod(ms *workloadv1alpha1.ModelServing, revision string, i int, r *work
 	if k > 0 && r.WorkerTemplate != nil {
 		tmpl = r.WorkerTemplate
 	}
-	group := GroupName(ms.Name, i)
+	group := workloadv1alpha1.ServingGroupName(ms.Name, i)
 	task := RoleReplicaName(r.Name, j)
 	name := PodName(ms.Name, i, r.Name, j, k)
 
@@ -273,7 +268,7 @@ func appendUnset(have, add []corev1.EnvVar) []corev1.EnvVar {
 // BuildService is the headless Service of a role replica with workers.
 func BuildService(ms *workloadv1alpha1.ModelServing, i int, r *workloadv1alpha1.Role, j int) *corev1.Service {
 	name := ServiceName(ms.Name, i, r.Name, j)
-	group := GroupName(ms.Name, i)
+	group := workloadv1alpha1.ServingGroupName(ms.Name, i)
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ms.Namespace, Name: name,

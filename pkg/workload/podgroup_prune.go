@@ -22,7 +22,7 @@ func (r *Reconciler) prunePodGroups(ctx context.Context, ms *workloadv1alpha1.Mo
 	want := map[string]bool{}
 	if needsPodGroup(ms) {
 		for idx := range groups {
-			want[GroupName(ms.Name, idx)] = true
+			want[workloadv1alpha1.ServingGroupName(ms.Name, idx)] = true
 		}
 	}
 	var list volcanov1beta1.PodGroupList

@@ -128,12 +128,12 @@ func planRecovery(ms *workloadv1alpha1.ModelServing, g *servingGroup, units []*u
 		switch policy {
 		case workloadv1alpha1.NoneRestartPolicy:
 			plan.deletions = append(plan.deletions, deletion{reason: "ReplacePod",
-				message: fmt.Sprintf("replacing in %s: %s", GroupName(ms.Name, g.index), strings.Join(reasons, "; ")), pods: failedPods})
+				message: fmt.Sprintf("replacing in %s: %s", workloadv1alpha1.ServingGroupName(ms.Name, g.index), strings.Join(reasons, "; ")), pods: failedPods})
 		case workloadv1alpha1.ServingGroupRecreate:
 			groupReasons = append(groupReasons, reasons...)
 		default:
 			plan.deletions = append(plan.deletions, deletion{reason: "RecreateRole",
-				message: fmt.Sprintf("recreating role replica %s of %s: %s", RoleReplicaName(u.role.Name, u.replica), GroupName(ms.Name, g.index), strings.Join(reasons, "; ")),
+				message: fmt.Sprintf("recreating role replica %s of %s: %s", RoleReplicaName(u.role.Name, u.replica), workloadv1alpha1.ServingGroupName(ms.Name, g.index), strings.Join(reasons, "; ")),
 				pods:    u.present})
 		}
 	}
@@ -143,7 +143,7 @@ func planRecovery(ms *workloadv1alpha1.ModelServing, g *servingGroup, units []*u
 			all = append(all, u.present...)
 		}
 		plan.deletions = []deletion{{reason: "RecreateGroup",
-			message: fmt.Sprintf("recreating ServingGroup %s: %s", GroupName(ms.Name, g.index), strings.Join(groupReasons, "; ")), pods: all}}
+			message: fmt.Sprintf("recreating ServingGroup %s: %s", workloadv1alpha1.ServingGroupName(ms.Name, g.index), strings.Join(groupReasons, "; ")), pods: all}}
 	}
 	if len(plan.deletions) > 0 {
 		plan.wait = 0

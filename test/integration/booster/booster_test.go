@@ -17,8 +17,8 @@ import (
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/modelbooster"
 	"github.com/berth-sh/berth/pkg/sim/engine"
-	"github.com/berth-sh/berth/pkg/workload"
 )
 
 // One model on two node pools picked by GPU product, 70/30, with a LoRA adapter only the
@@ -67,11 +67,11 @@ func TestBoosterServesTwoNodePoolsAndALoRAAdapter(t *testing.T) {
 	w := newWorld(t, map[string]int{h100: 1, a100: 1})
 	w.apply(twoPoolsManifest)
 	w.waitReady("llama")
-	mb := w.waitCondition("llama", workload.BoosterLoRAAdaptersLoaded, metav1.ConditionTrue, workload.ReasonAdaptersLoaded)
+	mb := w.waitCondition("llama", modelbooster.ConditionLoRAAdaptersLoaded, metav1.ConditionTrue, modelbooster.ReasonAdaptersLoaded)
 
 	assert.Equal(t, []workloadv1alpha1.ModelBackendStatus{{Name: "h100", Replicas: 1}, {Name: "a100", Replicas: 1}}, mb.Status.BackendStatuses)
-	ready := meta.FindStatusCondition(mb.Status.Conditions, workload.BoosterReady)
-	assert.Equal(t, workload.ReasonBackendsAvailable, ready.Reason)
+	ready := meta.FindStatusCondition(mb.Status.Conditions, modelbooster.ConditionReady)
+	assert.Equal(t, modelbooster.ReasonBackendsAvailable, ready.Reason)
 
 	// Each backend on its own node pool.
 	for backend, product := range map[string]string{"h100": h100, "a100": a100} {
@@ -251,8 +251,8 @@ spec:
     modelURI: hf://Qwen/Qwen3-8B
     workers: [{type: decode}]
 `)
-	mb := w.waitCondition("broken", workload.BoosterReady, metav1.ConditionFalse, workload.ReasonInvalidSpec)
-	msg := meta.FindStatusCondition(mb.Status.Conditions, workload.BoosterReady).Message
+	mb := w.waitCondition("broken", modelbooster.ConditionReady, metav1.ConditionFalse, modelbooster.ReasonInvalidSpec)
+	msg := meta.FindStatusCondition(mb.Status.Conditions, modelbooster.ConditionReady).Message
 	assert.Contains(t, msg, "spec.backends[0].workers: Required value: a vLLMDisaggregated backend needs a worker of type decode")
 	assert.Contains(t, msg, `spec.backends[1].workers[0].type: Unsupported value: "decode"`)
 	assert.Contains(t, msg, "spec.backends[1].workers: Required value: a vLLM backend needs a worker of type server")
@@ -266,7 +266,7 @@ spec:
 	require.NoError(t, err)
 	found := false
 	for _, e := range evs.Items {
-		found = found || (e.Regarding.Name == "broken" && e.Reason == workload.ReasonInvalidSpec && e.Type == corev1.EventTypeWarning)
+		found = found || (e.Regarding.Name == "broken" && e.Reason == modelbooster.ReasonInvalidSpec && e.Type == corev1.EventTypeWarning)
 	}
 	assert.True(t, found, "no InvalidSpec warning event")
 
@@ -395,7 +395,7 @@ spec:
     workers: [{type: server, pods: 2}]
 `), mb))
 	mb.Namespace = w.ns
-	objs, err := workload.BuildBoosterObjects(mb)
+	objs, err := modelbooster.BuildObjects(mb)
 	require.NoError(t, err)
 	all := []client.Object{objs.ModelRoute}
 	for _, o := range objs.ModelServings {

@@ -30,9 +30,9 @@ import (
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
 	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/modelbooster"
 	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/sim"
-	"github.com/berth-sh/berth/pkg/workload"
 )
 
 var cp *controlplane.ControlPlane
@@ -195,7 +195,7 @@ func (w *world) waitCondition(name, typ string, status metav1.ConditionStatus, r
 
 func (w *world) waitReady(name string) *workloadv1alpha1.ModelBooster {
 	w.t.Helper()
-	return w.waitCondition(name, workload.BoosterReady, metav1.ConditionTrue, "")
+	return w.waitCondition(name, modelbooster.ConditionReady, metav1.ConditionTrue, "")
 }
 
 // openaiClient talks to the router; it never retries by itself.

@@ -15,7 +15,7 @@ import (
 	"github.com/berth-sh/berth/pkg/controller"
 )
 
-// The ModelBooster controller's requests, as its code makes them (pkg/workload/booster.go):
+// The ModelBooster controller's requests, as its code makes them (pkg/modelbooster):
 // the shipped role must grant every one. TestShippedRBACServesAModel runs no ModelBooster,
 // so a permission only the ModelBooster controller needs would otherwise go unnoticed until
 // a real cluster refused it.

@@ -1,12 +1,8 @@
-package workload
+package modelbooster
 
 import (
-	"context"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,20 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/sim/engine"
 )
 
 // boosterManifest has two vLLM backends on two accelerator classes; the a100 one loads a
@@ -79,9 +67,9 @@ func parseBooster(t *testing.T, manifest string) *workloadv1alpha1.ModelBooster 
 	return mb
 }
 
-func build(t *testing.T, mb *workloadv1alpha1.ModelBooster) *BoosterObjects {
+func build(t *testing.T, mb *workloadv1alpha1.ModelBooster) *Objects {
 	t.Helper()
-	objs, err := BuildBoosterObjects(mb)
+	objs, err := BuildObjects(mb)
 	require.NoError(t, err)
 	return objs
 }
@@ -480,7 +468,7 @@ func TestBoosterInvalidSpecs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mb := parseBooster(t, "metadata: {name: llama, namespace: ns}\nspec:\n  backends:\n  - "+tc.backend+"\n")
-			objs, err := BuildBoosterObjects(mb)
+			objs, err := BuildObjects(mb)
 			require.Error(t, err)
 			assert.Nil(t, objs, "nothing is built from an invalid spec")
 			for _, w := range tc.want {
@@ -492,7 +480,7 @@ func TestBoosterInvalidSpecs(t *testing.T) {
 	// One adapter name with two artifacts across backends.
 	mb := parseBooster(t, boosterManifest)
 	mb.Spec.Backends[0].LoraAdapters = []workloadv1alpha1.LoraAdapter{{Name: "sql-expert", ArtifactURL: "hf://other/sql"}}
-	_, err := BuildBoosterObjects(mb)
+	_, err := BuildObjects(mb)
 	assert.ErrorContains(t, err, "spec.backends[1].loraAdapters[0].artifactURL")
 }
 
@@ -514,187 +502,4 @@ func TestBoosterExampleManifest(t *testing.T) {
 	assert.Equal(t, []string{"sql-expert"}, objs.ModelRoute.Spec.LoraAdapters)
 	require.NotNil(t, objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Volumes[0].HostPath)
 	assert.Equal(t, "/var/cache/models", objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Volumes[0].HostPath.Path)
-}
-
-func TestSyncSpecIgnoresServerDefaultsButNotRealChanges(t *testing.T) {
-	mb := parseBooster(t, boosterManifest)
-	want := build(t, mb).ModelServings[0]
-	// As the apiserver returns it: defaults filled in, someone else's label, a resourceVersion.
-	have := want.DeepCopy()
-	have.ResourceVersion = "7"
-	have.Labels["team"] = "infra"
-	have.Spec.RecoveryPolicy = workloadv1alpha1.RoleRecreate
-	have.Spec.RolloutStrategy = &workloadv1alpha1.RolloutStrategy{Type: workloadv1alpha1.ServingGroupRollingUpdate}
-	have.Spec.Template.RestartGracePeriodSeconds = ptr.To[int64](0)
-	have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolTCP
-	assert.False(t, syncServing(mb, have, want), "server defaults alone cause no write")
-	assert.Equal(t, "infra", have.Labels["team"])
-
-	// Someone edited a generated field: it is put back.
-	have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image = "other"
-	assert.True(t, syncServing(mb, have, want))
-	assert.Equal(t, "vllm/vllm-openai:v0.11.0", have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image)
-	assert.Equal(t, "infra", have.Labels["team"], "others' labels are kept")
-
-	// The ModelBooster dropped a field (affinity): the hash changes, the spec is replaced.
-	mb.Spec.Backends[0].Workers[0].Affinity = nil
-	want = build(t, mb).ModelServings[0]
-	assert.True(t, syncServing(mb, have, want))
-	assert.Nil(t, have.Spec.Template.Roles[0].EntryTemplate.Spec.Affinity)
-
-	// Not autoscaled: replicas are put back to max(minReplicas, 1).
-	have.Spec.Replicas = ptr.To[int32](5)
-	assert.True(t, syncServing(mb, have, want))
-	assert.Equal(t, int32(2), *have.Spec.Replicas)
-
-	// Autoscaled: the autoscaler's count stays, even when the template changes.
-	mb.Spec.AutoscalingPolicy = &workloadv1alpha1.AutoscalingPolicySpec{}
-	mb.Spec.Backends[0].Workers[0].Image = "vllm/vllm-openai:v0.12.0"
-	want = build(t, mb).ModelServings[0]
-	have.Spec.Replicas = ptr.To[int32](5)
-	assert.True(t, syncServing(mb, have, want))
-	assert.Equal(t, int32(5), *have.Spec.Replicas)
-	assert.Equal(t, "vllm/vllm-openai:v0.12.0", have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image)
-	assert.False(t, syncServing(mb, have, want))
-
-	// The scale-to-zero annotation follows the spec both ways.
-	mb.Spec.Backends[0].ScaleToZeroGracePeriod = &metav1.Duration{Duration: 90 * time.Second}
-	assert.True(t, syncServing(mb, have, build(t, mb).ModelServings[0]))
-	assert.Equal(t, "1m30s", have.Annotations[workloadv1alpha1.ScaleToZeroGracePeriodAnnotation])
-	mb.Spec.Backends[0].ScaleToZeroGracePeriod = nil
-	assert.True(t, syncServing(mb, have, build(t, mb).ModelServings[0]))
-	assert.NotContains(t, have.Annotations, workloadv1alpha1.ScaleToZeroGracePeriodAnnotation)
-}
-
-func testScheme(t *testing.T) *runtime.Scheme {
-	s := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(s))
-	require.NoError(t, workloadv1alpha1.AddToScheme(s))
-	require.NoError(t, networkingv1alpha1.AddToScheme(s))
-	return s
-}
-
-// The reconciler against a fake client: autoscaled replicas survive, autoscaling turned
-// off removes its policy and binding, an invalid spec changes nothing, and a name taken by
-// someone else's object is reported rather than overwritten.
-func TestBoosterReconcilerOwnsWhatItGenerates(t *testing.T) {
-	ctx := context.Background()
-	mb := parseBooster(t, boosterManifest)
-	mb.Spec.Backends[1].LoraAdapters = nil // no engines to call here
-	mb.Spec.AutoscalingPolicy = &workloadv1alpha1.AutoscalingPolicySpec{Metrics: []workloadv1alpha1.AutoscalingPolicyMetric{{MetricName: "m"}}}
-	mb.Generation = 1
-	cl := fake.NewClientBuilder().WithScheme(testScheme(t)).WithStatusSubresource(&workloadv1alpha1.ModelBooster{}).WithObjects(mb).Build()
-	r := &BoosterReconciler{Client: cl}
-	reconcile := func() {
-		t.Helper()
-		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(mb)})
-		require.NoError(t, err)
-		require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(mb), mb))
-	}
-	reconcile()
-	ms := &workloadv1alpha1.ModelServing{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-h100"}, ms))
-	assert.Equal(t, int32(2), *ms.Spec.Replicas)
-	binding := &workloadv1alpha1.AutoscalingPolicyBinding{}
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama"}, binding))
-	ready := meta.FindStatusCondition(mb.Status.Conditions, BoosterReady)
-	require.NotNil(t, ready)
-	assert.Equal(t, ReasonBackendsNotReady, ready.Reason)
-	assert.Contains(t, ready.Message, "backend h100: 0 of 2 ServingGroups available")
-	assert.Equal(t, []workloadv1alpha1.ModelBackendStatus{{Name: "h100"}, {Name: "a100"}}, mb.Status.BackendStatuses)
-	assert.Equal(t, int64(1), mb.Status.ObservedGeneration)
-
-	// The autoscaler scales h100 to 5; the controller leaves it.
-	ms.Spec.Replicas = ptr.To[int32](5)
-	require.NoError(t, cl.Update(ctx, ms))
-	reconcile()
-	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(ms), ms))
-	assert.Equal(t, int32(5), *ms.Spec.Replicas)
-
-	// Autoscaling off: the policy and binding go, replicas return to max(minReplicas, 1).
-	mb.Spec.AutoscalingPolicy = nil
-	require.NoError(t, cl.Update(ctx, mb))
-	reconcile()
-	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama"}, binding)))
-	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama"}, &workloadv1alpha1.AutoscalingPolicy{})))
-	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(ms), ms))
-	assert.Equal(t, int32(2), *ms.Spec.Replicas)
-
-	// An invalid spec: reported, nothing changed or deleted.
-	before := ms.ResourceVersion
-	mb.Spec.Backends[0].Workers[0].Type = workloadv1alpha1.ModelWorkerTypePrefill
-	mb.Spec.Backends[1].Name = "renamed"
-	require.NoError(t, cl.Update(ctx, mb))
-	reconcile()
-	ready = meta.FindStatusCondition(mb.Status.Conditions, BoosterReady)
-	assert.Equal(t, ReasonInvalidSpec, ready.Reason)
-	assert.Contains(t, ready.Message, "spec.backends[0].workers[0].type")
-	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(ms), ms))
-	assert.Equal(t, before, ms.ResourceVersion)
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-a100"}, ms), "a100 is not deleted while the spec is invalid")
-
-	// Valid again with a100 renamed: its objects go, the new backend's come.
-	mb.Spec.Backends[0].Workers[0].Type = workloadv1alpha1.ModelWorkerTypeServer
-	require.NoError(t, cl.Update(ctx, mb))
-	reconcile()
-	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-a100"}, &workloadv1alpha1.ModelServing{})))
-	assert.True(t, apierrors.IsNotFound(cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-a100"}, &networkingv1alpha1.ModelServer{})))
-	require.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "llama-renamed"}, &workloadv1alpha1.ModelServing{}))
-
-	// Someone else's ModelServer holds a generated name: reported, left alone.
-	foreign := &networkingv1alpha1.ModelServer{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "llama-extra"},
-		Spec: networkingv1alpha1.ModelServerSpec{InferenceEngine: networkingv1alpha1.SGLang}}
-	require.NoError(t, cl.Create(ctx, foreign))
-	extra := mb.Spec.Backends[1].DeepCopy()
-	extra.Name = "extra"
-	mb.Spec.Backends = append(mb.Spec.Backends, *extra)
-	require.NoError(t, cl.Update(ctx, mb))
-	reconcile()
-	ready = meta.FindStatusCondition(mb.Status.Conditions, BoosterReady)
-	assert.Equal(t, ReasonNameConflict, ready.Reason)
-	assert.Contains(t, ready.Message, "ModelServer llama-extra exists and is not controlled by any object")
-	require.NoError(t, cl.Get(ctx, client.ObjectKeyFromObject(foreign), foreign))
-	assert.Equal(t, networkingv1alpha1.SGLang, foreign.Spec.InferenceEngine)
-	assert.Empty(t, foreign.OwnerReferences)
-}
-
-// The adapters of one engine are made exactly the backend's: missing ones loaded from the
-// artifact's Hugging Face repo, ones the spec dropped unloaded, the base model untouched.
-func TestSyncPodAdaptersLoadsAndUnloads(t *testing.T) {
-	srv := engine.New(engine.Config{Model: "llama-3-8b", TimeScale: 0.01})
-	require.NoError(t, srv.Start("127.0.0.1:0"))
-	t.Cleanup(func() { _ = srv.Close() })
-	host, port, err := net.SplitHostPort(srv.Addr())
-	require.NoError(t, err)
-	portNum, err := strconv.Atoi(port)
-	require.NoError(t, err)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "llama-a100-0-server-0-0"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: int32(portNum)}}}}},
-		Status:     corev1.PodStatus{PodIP: host},
-	}
-	post := func(path, body string) {
-		resp, err := http.Post("http://"+srv.Addr()+path, "application/json", strings.NewReader(body))
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-	}
-	post("/v1/load_lora_adapter", `{"lora_name":"dropped","lora_path":"/old"}`)
-	post("/v1/load_lora_adapter", `{"lora_name":"kept","lora_path":"org/kept"}`)
-
-	mb := parseBooster(t, boosterManifest)
-	b := &mb.Spec.Backends[1]
-	b.LoraAdapters = []workloadv1alpha1.LoraAdapter{{Name: "kept", ArtifactURL: "hf://org/kept"}, {Name: "sql-expert", ArtifactURL: "hf://example/sql-lora"}}
-	r := &BoosterReconciler{}
-	require.NoError(t, r.syncPodAdapters(context.Background(), mb, b, pod))
-	assert.Equal(t, []string{"kept", "sql-expert"}, srv.Stats().LoadedAdapters)
-	loaded, err := r.loadedAdapters(context.Background(), "http://"+srv.Addr())
-	require.NoError(t, err)
-	assert.Equal(t, []string{"kept", "sql-expert"}, loaded)
-	require.NoError(t, r.syncPodAdapters(context.Background(), mb, b, pod), "a second pass has nothing to do")
-
-	// An engine that is gone: an error for the condition, not a hang or a panic.
-	_ = srv.Close()
-	err = r.syncPodAdapters(context.Background(), mb, b, pod)
-	assert.ErrorContains(t, err, "list models")
 }
