@@ -121,7 +121,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := (&workload.Reconciler{
 		Client:   mgr.GetClient(),
 		Scheme:   mgr.GetScheme(),
-		Recorder: mgr.GetEventRecorderFor("berth-controller"),
+		Recorder: mgr.GetEventRecorder("berth-controller"),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ModelServing reconciler: %w", err)
 	}
@@ -168,7 +168,7 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 		APIReader:  mgr.GetAPIReader(),
 		Scales:     scales,
 		Mapper:     mgr.GetRESTMapper(),
-		Recorder:   mgr.GetEventRecorderFor("berth-autoscaler"),
+		Recorder:   mgr.GetEventRecorder("berth-autoscaler"),
 		SyncPeriod: o.AutoscaleSyncPeriod,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("AutoscalingPolicyBinding reconciler: %w", err)
@@ -190,7 +190,7 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 	if err := (&variantscaler.Reconciler{
 		Client:         mgr.GetClient(),
 		Scales:         scales,
-		Recorder:       mgr.GetEventRecorderFor("berth-variant-autoscaler"),
+		Recorder:       mgr.GetEventRecorder("berth-variant-autoscaler"),
 		SyncPeriod:     o.VariantSyncPeriod,
 		Actuation:      actuation,
 		CostsConfigMap: costs,

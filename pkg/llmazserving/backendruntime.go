@@ -8,8 +8,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	inferenceapi "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
 )
@@ -30,6 +32,7 @@ func (r *BackendRuntimeReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.Client.Get(ctx, req.NamespacedName, &br); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("backendruntime", klog.KObj(&br)))
 	status := br.Status.DeepCopy()
 	cond := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: ReasonValid, ObservedGeneration: br.Generation}
 	var names, problems []string

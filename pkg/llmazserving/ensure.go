@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
@@ -18,7 +18,7 @@ import (
 // line with it, and returns the live object. The live spec holds server defaults want never
 // set: DeepDerivative ignores what want leaves empty, so defaults alone never cause a write.
 // An object of that name controlled by someone else is a NameConflict problem, left alone.
-func ensureOwned(ctx context.Context, c client.Client, rec record.EventRecorder, owner, want client.Object) (client.Object, error) {
+func ensureOwned(ctx context.Context, c client.Client, rec events.EventRecorder, owner, want client.Object) (client.Object, error) {
 	live := want.DeepCopyObject().(client.Object)
 	err := c.Get(ctx, client.ObjectKeyFromObject(want), live)
 	if apierrors.IsNotFound(err) {
@@ -31,7 +31,7 @@ func ensureOwned(ctx context.Context, c client.Client, rec record.EventRecorder,
 			}
 			return nil, fmt.Errorf("create %s %s: %w", kindName(c, want), want.GetName(), err)
 		}
-		rec.Eventf(owner, corev1.EventTypeNormal, "Created", "created %s %s", kindName(c, want), want.GetName())
+		rec.Eventf(owner, want, corev1.EventTypeNormal, ReasonCreated, actionCreate, "created %s %s", kindName(c, want), want.GetName())
 		return want, nil
 	}
 	if err != nil {
@@ -73,7 +73,7 @@ func ensureOwned(ctx context.Context, c client.Client, rec record.EventRecorder,
 	if err := c.Update(ctx, live); err != nil {
 		return nil, fmt.Errorf("update %s %s: %w", kindName(c, want), want.GetName(), err)
 	}
-	rec.Eventf(owner, corev1.EventTypeNormal, "Updated", "updated %s %s", kindName(c, want), want.GetName())
+	rec.Eventf(owner, live, corev1.EventTypeNormal, ReasonUpdated, actionUpdate, "updated %s %s", kindName(c, want), want.GetName())
 	return live, nil
 }
 

@@ -12,10 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	coreapi "github.com/berth-sh/berth/pkg/apis/llmaz/core/v1alpha1"
@@ -28,7 +30,7 @@ import (
 // HorizontalPodAutoscalers.
 type PlaygroundReconciler struct {
 	Client   client.Client
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 }
 
 // SetupWithManager watches Playgrounds, what they own, and the OpenModels and
@@ -70,6 +72,7 @@ func (r *PlaygroundReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.Client.Get(ctx, req.NamespacedName, &pg); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("playground", klog.KObj(&pg)))
 	if !pg.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}

@@ -8,7 +8,7 @@ import (
 
 // Setup registers the Playground, Service and BackendRuntime reconcilers.
 func Setup(mgr ctrl.Manager) error {
-	rec := mgr.GetEventRecorderFor("berth-llmaz")
+	rec := mgr.GetEventRecorder("berth-llmaz")
 	if err := (&PlaygroundReconciler{Client: mgr.GetClient(), Recorder: rec}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("Playground reconciler: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -15,13 +15,13 @@ import (
 // recordProblem turns a sync error that is a problem into conditions (Available False with
 // its reason), one warning event per new problem, and a log line; it says whether err was
 // one. Other errors are the caller's to return (and retry).
-func recordProblem(ctx context.Context, rec record.EventRecorder, obj client.Object, old []metav1.Condition, conds *[]metav1.Condition, err error) bool {
+func recordProblem(ctx context.Context, rec events.EventRecorder, obj client.Object, old []metav1.Condition, conds *[]metav1.Condition, err error) bool {
 	var p *problem
 	if !errors.As(err, &p) {
 		return false
 	}
 	if c := meta.FindStatusCondition(old, "Available"); c == nil || c.Reason != p.reason {
-		rec.Event(obj, corev1.EventTypeWarning, p.reason, p.message)
+		rec.Eventf(obj, nil, corev1.EventTypeWarning, p.reason, actionSync, "%s", p.message)
 	}
 	log.FromContext(ctx).Info("not served", "reason", p.reason, "message", p.message)
 	setProgress(conds, obj.GetGeneration(), false, p.reason, p.message)

@@ -99,7 +99,7 @@ func (r *Reconciler) ensure(ctx context.Context, mb *workloadv1alpha1.ModelBoost
 		} else if err != nil {
 			return fmt.Errorf("create %s %s: %w", kind, want.GetName(), err)
 		}
-		r.event(mb, want, corev1.EventTypeNormal, ReasonCreated, "Create", "created %s %s", kind, want.GetName())
+		r.event(mb, want, corev1.EventTypeNormal, ReasonCreated, actionCreate, "created %s %s", kind, want.GetName())
 		return nil
 	}
 	if err != nil {
@@ -122,7 +122,7 @@ func (r *Reconciler) ensure(ctx context.Context, mb *workloadv1alpha1.ModelBoost
 	if err := r.Update(ctx, have); err != nil {
 		return fmt.Errorf("update %s %s: %w", kind, want.GetName(), err)
 	}
-	r.event(mb, have, corev1.EventTypeNormal, ReasonUpdated, "Update", "updated %s %s", kind, want.GetName())
+	r.event(mb, have, corev1.EventTypeNormal, ReasonUpdated, actionUpdate, "updated %s %s", kind, want.GetName())
 	return nil
 }
 
@@ -270,7 +270,7 @@ func (r *Reconciler) deleteStale(ctx context.Context, mb *workloadv1alpha1.Model
 			if err != nil {
 				return fmt.Errorf("delete %s %s: %w", kindOf(obj), obj.GetName(), err)
 			}
-			r.event(mb, obj, corev1.EventTypeNormal, ReasonDeleted, "Delete", "deleted %s %s: %s", kindOf(obj), obj.GetName(), staleWhy(mb, obj))
+			r.event(mb, obj, corev1.EventTypeNormal, ReasonDeleted, actionDelete, "deleted %s %s: %s", kindOf(obj), obj.GetName(), staleWhy(mb, obj))
 		}
 	}
 	return nil

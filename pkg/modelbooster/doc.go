@@ -8,5 +8,5 @@
 //
 // objects.go, engine.go and validation.go hold the pure translation; reconciler.go the
 // reconciler and what it watches, apply.go the create/update/delete of generated objects,
-// status.go the conditions, lora.go the engines' LoRA API.
+// status.go the conditions, events.go the events, lora.go the engines' LoRA API.
 package modelbooster

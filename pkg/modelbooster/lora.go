@@ -88,7 +88,7 @@ func (r *Reconciler) syncAdapters(ctx context.Context, mb *workloadv1alpha1.Mode
 			ready++
 			if err := r.syncPodAdapters(ctx, mb, b, p); err != nil {
 				failures = append(failures, fmt.Sprintf("pod %s: %v", p.Name, err))
-				r.event(mb, p, corev1.EventTypeWarning, ReasonAdapterLoadFailed, "LoadAdapter", "pod %s: %v", p.Name, err)
+				r.event(mb, p, corev1.EventTypeWarning, ReasonAdapterLoadFailed, actionLoadAdapter, "pod %s: %v", p.Name, err)
 				continue
 			}
 			engines++
@@ -134,7 +134,7 @@ func (r *Reconciler) syncPodAdapters(ctx context.Context, mb *workloadv1alpha1.M
 		case err != nil:
 			errs = append(errs, fmt.Errorf("load %s: %w", a.Name, err))
 		case status == http.StatusOK:
-			r.event(mb, p, corev1.EventTypeNormal, ReasonLoaded, "LoadAdapter", "loaded LoRA adapter %s into pod %s", a.Name, p.Name)
+			r.event(mb, p, corev1.EventTypeNormal, ReasonLoaded, actionLoadAdapter, "loaded LoRA adapter %s into pod %s", a.Name, p.Name)
 		case status == http.StatusBadRequest && strings.Contains(msg, "already"):
 			// Loaded between our GET and POST (another pass, or the engine's own startup).
 		default:
@@ -150,7 +150,7 @@ func (r *Reconciler) syncPodAdapters(ctx context.Context, mb *workloadv1alpha1.M
 		case err != nil:
 			errs = append(errs, fmt.Errorf("unload %s: %w", name, err))
 		case status == http.StatusOK:
-			r.event(mb, p, corev1.EventTypeNormal, ReasonUnloaded, "UnloadAdapter", "unloaded LoRA adapter %s from pod %s: no longer in the spec", name, p.Name)
+			r.event(mb, p, corev1.EventTypeNormal, ReasonUnloaded, actionUnloadAdapter, "unloaded LoRA adapter %s from pod %s: no longer in the spec", name, p.Name)
 		case status == http.StatusNotFound:
 		default:
 			errs = append(errs, fmt.Errorf("unload %s: HTTP %d: %s", name, status, msg))

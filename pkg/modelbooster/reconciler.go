@@ -11,12 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -105,6 +107,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Get(ctx, req.NamespacedName, mb); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("modelbooster", klog.KObj(mb)))
 	if mb.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
 	}
@@ -115,7 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// cannot take down backends that were serving.
 		cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidSpec, Message: err.Error()}
 		if prev := meta.FindStatusCondition(mb.Status.Conditions, ConditionReady); prev == nil || prev.Reason != ReasonInvalidSpec || prev.Message != cond.Message {
-			r.event(mb, nil, corev1.EventTypeWarning, ReasonInvalidSpec, "Validate", "%s", err.Error())
+			r.event(mb, nil, corev1.EventTypeWarning, ReasonInvalidSpec, actionValidate, "%s", err.Error())
 		}
 		return r.writeStatus(ctx, mb, []metav1.Condition{cond})
 	}
@@ -124,7 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil // an object changed under us: derive again
 	} else if err != nil {
-		r.event(mb, nil, corev1.EventTypeWarning, ReasonSyncFailed, "Sync", "%v", err)
+		r.event(mb, nil, corev1.EventTypeWarning, ReasonSyncFailed, actionSync, "%v", err)
 		return ctrl.Result{}, err
 	}
 
@@ -147,16 +150,4 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return res, err
 	}
 	return result, nil
-}
-
-// event records an event on the ModelBooster, about a related object when there is one.
-func (r *Reconciler) event(mb *workloadv1alpha1.ModelBooster, related client.Object, typ, reason, action, note string, args ...any) {
-	if r.Recorder == nil {
-		return
-	}
-	if related == nil {
-		r.Recorder.Eventf(mb, nil, typ, reason, action, note, args...)
-		return
-	}
-	r.Recorder.Eventf(mb, related, typ, reason, action, note, args...)
 }

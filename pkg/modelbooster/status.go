@@ -26,7 +26,8 @@ const (
 	ConditionLoRAAdaptersLoaded = "LoRAAdaptersLoaded"
 )
 
-// Condition reasons and event reasons of the ModelBooster controller.
+// Reasons of the ModelBooster's conditions. InvalidSpec and AdapterLoadFailed are also
+// the reasons of the warning events that report them.
 const (
 	ReasonInvalidSpec       = "InvalidSpec"
 	ReasonNameConflict      = "NameConflict"
@@ -36,13 +37,6 @@ const (
 	ReasonAdaptersLoaded    = "AdaptersLoaded"
 	ReasonAdapterLoadFailed = "AdapterLoadFailed"
 	ReasonWaitingForPods    = "WaitingForPods"
-
-	ReasonCreated    = "Created"
-	ReasonUpdated    = "Updated"
-	ReasonDeleted    = "Deleted"
-	ReasonSyncFailed = "SyncFailed"
-	ReasonLoaded     = "AdapterLoaded"
-	ReasonUnloaded   = "AdapterUnloaded"
 )
 
 // readyCondition derives Ready from the backends' ModelServings (each Available by its own

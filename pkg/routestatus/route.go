@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -97,6 +98,7 @@ func (r *RouteReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, &mr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("modelroute", klog.KObj(&mr)))
 	var servers networkingv1alpha1.ModelServerList
 	if err := r.Client.List(ctx, &servers, client.InNamespace(mr.Namespace)); err != nil {
 		return ctrl.Result{}, err
@@ -191,6 +193,10 @@ func ResolvedRefs(mr *networkingv1alpha1.ModelRoute, existing map[string]bool) m
 	return c
 }
 
+// actionStatus is the action of the events a changed condition sends (events.k8s.io/v1
+// requires one); their reason is the condition's.
+const actionStatus = "Status"
+
 // record sends an event for a condition that changed: Normal when it holds, Warning when not.
 func record(rec events.EventRecorder, obj client.Object, c metav1.Condition) {
 	if rec == nil {
@@ -200,5 +206,5 @@ func record(rec events.EventRecorder, obj client.Object, c metav1.Condition) {
 	if c.Status != metav1.ConditionTrue {
 		typ = "Warning"
 	}
-	rec.Eventf(obj, nil, typ, c.Reason, "Status", "%s", c.Message)
+	rec.Eventf(obj, nil, typ, c.Reason, actionStatus, "%s", c.Message)
 }

@@ -15,11 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -30,7 +32,7 @@ import (
 type Reconciler struct {
 	client.Client
 	Scheme   *runtime.Scheme
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 }
 
 // SetupWithManager registers the reconciler and what it watches.
@@ -61,6 +63,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	logger := log.FromContext(ctx).WithValues("modelserving", klog.KObj(ms))
+	ctx = ctrl.LoggerInto(ctx, logger)
 	if ms.DeletionTimestamp != nil {
 		// Its status is no longer kept, so its series would only go stale.
 		forgetModelServing(ms.Namespace, ms.Name)
@@ -82,11 +86,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	groups := observeGroups(ms, owned)
+	logger.V(4).Info("observed", "revision", revision, "groups", len(groups), "pods", len(owned))
 
 	// Rollout: replace groups on an old revision within maxUnavailable and maxSurge.
-	remove, allowed := rolloutStep(ms, groups, revision, budgetFor(ms))
+	budget := budgetFor(ms)
+	remove, allowed := rolloutStep(ms, groups, revision, budget)
+	if len(remove) > 0 {
+		logger.V(2).Info("rollout step", "revision", revision, "replacing", groupNames(ms, remove), "allowedGroups", allowed,
+			"maxUnavailable", budget.maxUnavailable, "maxSurge", budget.maxSurge, "partition", budget.partition)
+	}
 	for _, idx := range remove {
-		if err := r.deleteGroup(ctx, ms, idx, "RollingUpdate"); err != nil {
+		if err := r.deleteGroup(ctx, ms, idx, ReasonRollingUpdate); err != nil {
 			return ctrl.Result{}, err
 		}
 		delete(groups, idx)
@@ -95,7 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// keep up to maxSurge extra groups while it runs).
 	if len(groups) > allowed {
 		for _, idx := range scaleDownOrder(ms, groups)[:len(groups)-allowed] {
-			if err := r.deleteGroup(ctx, ms, idx, "ScaledDown"); err != nil {
+			if err := r.deleteGroup(ctx, ms, idx, ReasonScaledDown); err != nil {
 				return ctrl.Result{}, err
 			}
 			delete(groups, idx)
@@ -104,7 +114,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Scale up (and surge): new groups take the lowest free ordinals.
 	if len(groups) < allowed {
 		for _, idx := range freeOrdinals(groups, allowed-len(groups)) {
-			r.Recorder.Eventf(ms, corev1.EventTypeNormal, "CreateGroup", "creating ServingGroup %s", workloadv1alpha1.ServingGroupName(ms.Name, idx))
+			group := workloadv1alpha1.ServingGroupName(ms.Name, idx)
+			logger.V(2).Info("creating ServingGroup", "group", group, "revision", revision, "groups", len(groups), "allowedGroups", allowed)
+			r.Recorder.Eventf(ms, groupObject(ms, idx), corev1.EventTypeNormal, ReasonCreateGroup, actionCreate, "creating ServingGroup %s", group)
 			groups[idx] = &servingGroup{index: idx, pods: map[string]*corev1.Pod{}}
 		}
 	}
@@ -128,7 +140,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.pruneRevisions(ctx, ms, revision, groups); err != nil {
 		return ctrl.Result{}, err
 	}
+	if requeue > 0 {
+		logger.V(4).Info("waiting out a restart grace period", "requeueAfter", requeue)
+	}
 	return ctrl.Result{RequeueAfter: requeue}, r.writeStatus(ctx, ms, revision, groups)
+}
+
+// groupNames names the groups of indices, for logs.
+func groupNames(ms *workloadv1alpha1.ModelServing, indices []int) []string {
+	out := make([]string, len(indices))
+	for i, idx := range indices {
+		out[i] = workloadv1alpha1.ServingGroupName(ms.Name, idx)
+	}
+	return out
 }
 
 func sortedIndices(groups map[int]*servingGroup) []int {
@@ -151,10 +175,13 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 			return 0, err
 		}
 	}
+	logger := log.FromContext(ctx)
+	group := workloadv1alpha1.ServingGroupName(ms.Name, g.index)
 	units := groupUnits(ms, g)
 	// Pods of role replicas the spec no longer has (a role scaled down) go first.
 	if extra := podsOutside(g, units); len(extra) > 0 {
-		r.Recorder.Eventf(ms, corev1.EventTypeNormal, "ScaleRole", "deleting %d pods of %s: their role replicas are no longer in the spec", len(extra), workloadv1alpha1.ServingGroupName(ms.Name, g.index))
+		logger.V(2).Info("deleting pods of role replicas no longer in the spec", "group", group, "pods", klog.KObjSlice(extra))
+		r.Recorder.Eventf(ms, groupObject(ms, g.index), corev1.EventTypeNormal, ReasonScaleRole, actionDelete, "deleting %d pods of %s: their role replicas are no longer in the spec", len(extra), group)
 		for _, p := range extra {
 			if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
 				return 0, err
@@ -164,10 +191,12 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 	}
 	plan := planRecovery(ms, g, units, time.Now())
 	if plan.wait > 0 {
+		logger.V(4).Info("recovery waits out restartGracePeriodSeconds", "group", group, "wait", plan.wait)
 		return plan.wait, nil
 	}
 	for _, d := range plan.deletions {
-		r.Recorder.Eventf(ms, corev1.EventTypeWarning, d.reason, "%s", d.message)
+		logger.V(2).Info("recovery", "group", group, "decision", d.reason, "pods", klog.KObjSlice(d.pods), "why", d.message)
+		r.Recorder.Eventf(ms, deletionObject(ms, g.index, d), corev1.EventTypeWarning, d.reason, actionRecreate, "%s", d.message)
 		recoveries.WithLabelValues(d.reason).Inc()
 		for _, p := range d.pods {
 			if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
@@ -200,6 +229,7 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 			} else if err != nil {
 				return 0, fmt.Errorf("create pod %s: %w", name, err)
 			}
+			logger.V(4).Info("created pod", "group", group, "pod", klog.KObj(pod), "revision", revision)
 			g.pods[name] = pod
 		}
 	}
@@ -217,7 +247,8 @@ func (r *Reconciler) removeStale(ctx context.Context, ms *workloadv1alpha1.Model
 	if metav1.IsControlledBy(have, ms) {
 		return nil // ours; the cache had not caught up
 	}
-	r.Recorder.Eventf(ms, corev1.EventTypeNormal, "DeleteStalePod", "deleting pod %s left by an earlier ModelServing of this name", have.Name)
+	log.FromContext(ctx).V(2).Info("deleting pod left by an earlier ModelServing of this name", "pod", klog.KObj(have))
+	r.Recorder.Eventf(ms, have, corev1.EventTypeNormal, ReasonDeleteStalePod, actionDelete, "deleting pod %s left by an earlier ModelServing of this name", have.Name)
 	return client.IgnoreNotFound(r.Delete(ctx, have, client.Preconditions{UID: &have.UID}, client.GracePeriodSeconds(0)))
 }
 
@@ -227,6 +258,7 @@ func (r *Reconciler) ensurePodGroup(ctx context.Context, ms *workloadv1alpha1.Mo
 	have := &volcanov1beta1.PodGroup{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), have)
 	if apierrors.IsNotFound(err) {
+		log.FromContext(ctx).V(4).Info("creating PodGroup", "podGroup", klog.KObj(want), "minMember", want.Spec.MinMember)
 		return r.createIfMissing(ctx, want)
 	}
 	if err != nil {
@@ -247,6 +279,7 @@ func (r *Reconciler) ensurePodGroup(ctx context.Context, ms *workloadv1alpha1.Mo
 	have.Spec.MinResources = want.Spec.MinResources
 	have.Spec.NetworkTopology = want.Spec.NetworkTopology
 	have.Spec.SubGroupPolicy = want.Spec.SubGroupPolicy
+	log.FromContext(ctx).V(2).Info("updating PodGroup", "podGroup", klog.KObj(have), "adopted", stale, "minMember", have.Spec.MinMember)
 	return r.Update(ctx, have)
 }
 
@@ -266,7 +299,8 @@ func (r *Reconciler) createIfMissing(ctx context.Context, obj client.Object) err
 // deleteGroup removes a group's pods, Services and PodGroup.
 func (r *Reconciler) deleteGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, idx int, reason string) error {
 	group := workloadv1alpha1.ServingGroupName(ms.Name, idx)
-	r.Recorder.Eventf(ms, corev1.EventTypeNormal, reason, "deleting ServingGroup %s", group)
+	log.FromContext(ctx).V(2).Info("deleting ServingGroup", "group", group, "reason", reason)
+	r.Recorder.Eventf(ms, groupObject(ms, idx), corev1.EventTypeNormal, reason, actionDelete, "deleting ServingGroup %s", group)
 	sel := client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name, workloadv1alpha1.GroupNameLabel: group}
 	if err := r.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ms.Namespace), sel); err != nil {
 		return err
@@ -360,6 +394,7 @@ func (r *Reconciler) pruneRevisions(ctx context.Context, ms *workloadv1alpha1.Mo
 		if err := r.Delete(ctx, cr); client.IgnoreNotFound(err) != nil {
 			return err
 		}
+		log.FromContext(ctx).V(4).Info("deleted unused ControllerRevision", "controllerRevision", klog.KObj(cr))
 	}
 	return nil
 }
@@ -406,6 +441,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.Model
 	if equalStatus(&ms.Status, st) {
 		return nil
 	}
+	log.FromContext(ctx).V(4).Info("writing status", "replicas", st.Replicas, "available", st.AvailableReplicas,
+		"updated", st.UpdatedReplicas, "current", st.CurrentReplicas, "updateRevision", revision)
 	// A full update with the object's resourceVersion: a merge patch computed against a
 	// stale cached copy would leave fields the cache had not seen yet, mixing two passes'
 	// counts. A conflict means a newer pass is due anyway.

@@ -6,7 +6,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -41,7 +43,8 @@ func (r *Reconciler) prunePodGroups(ctx context.Context, ms *workloadv1alpha1.Mo
 		if err != nil {
 			return err
 		}
-		r.Recorder.Eventf(ms, corev1.EventTypeNormal, "DeletePodGroup", "deleted PodGroup %s: ServingGroup %s is gone or needs no gang", pg.Name, pg.Name)
+		log.FromContext(ctx).V(2).Info("deleted PodGroup no kept ServingGroup needs", "podGroup", klog.KObj(pg))
+		r.Recorder.Eventf(ms, pg, corev1.EventTypeNormal, ReasonDeletePodGroup, actionDelete, "deleted PodGroup %s: ServingGroup %s is gone or needs no gang", pg.Name, pg.Name)
 	}
 	return nil
 }

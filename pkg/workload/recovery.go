@@ -127,12 +127,12 @@ func planRecovery(ms *workloadv1alpha1.ModelServing, g *servingGroup, units []*u
 		}
 		switch policy {
 		case workloadv1alpha1.NoneRestartPolicy:
-			plan.deletions = append(plan.deletions, deletion{reason: "ReplacePod",
+			plan.deletions = append(plan.deletions, deletion{reason: ReasonReplacePod,
 				message: fmt.Sprintf("replacing in %s: %s", workloadv1alpha1.ServingGroupName(ms.Name, g.index), strings.Join(reasons, "; ")), pods: failedPods})
 		case workloadv1alpha1.ServingGroupRecreate:
 			groupReasons = append(groupReasons, reasons...)
 		default:
-			plan.deletions = append(plan.deletions, deletion{reason: "RecreateRole",
+			plan.deletions = append(plan.deletions, deletion{reason: ReasonRecreateRole,
 				message: fmt.Sprintf("recreating role replica %s of %s: %s", RoleReplicaName(u.role.Name, u.replica), workloadv1alpha1.ServingGroupName(ms.Name, g.index), strings.Join(reasons, "; ")),
 				pods:    u.present})
 		}
@@ -142,7 +142,7 @@ func planRecovery(ms *workloadv1alpha1.ModelServing, g *servingGroup, units []*u
 		for _, u := range units {
 			all = append(all, u.present...)
 		}
-		plan.deletions = []deletion{{reason: "RecreateGroup",
+		plan.deletions = []deletion{{reason: ReasonRecreateGroup,
 			message: fmt.Sprintf("recreating ServingGroup %s: %s", workloadv1alpha1.ServingGroupName(ms.Name, g.index), strings.Join(groupReasons, "; ")), pods: all}}
 	}
 	if len(plan.deletions) > 0 {

@@ -6,7 +6,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
@@ -59,7 +61,8 @@ func (r *Reconciler) pruneServices(ctx context.Context, ms *workloadv1alpha1.Mod
 		if err != nil {
 			return err
 		}
-		r.Recorder.Eventf(ms, corev1.EventTypeNormal, "DeleteService",
+		log.FromContext(ctx).V(2).Info("deleted headless Service no kept role replica needs", "service", klog.KObj(svc))
+		r.Recorder.Eventf(ms, svc, corev1.EventTypeNormal, ReasonDeleteService, actionDelete,
 			"deleted headless Service %s: role replica %s of %s is no longer in the spec or has no workers",
 			svc.Name, svc.Labels[workloadv1alpha1.RoleIDLabel], svc.Labels[workloadv1alpha1.GroupNameLabel])
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -126,7 +126,7 @@ func reconcileOnce(t *testing.T, ms *workloadv1alpha1.ModelServing, objs ...clie
 	cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
 		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).
 		WithStatusSubresource(&workloadv1alpha1.ModelServing{}).WithObjects(append([]client.Object{ms}, objs...)...).Build()
-	recorder := record.NewFakeRecorder(100)
+	recorder := events.NewFakeRecorder(100)
 	r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: recorder}
 	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(ms)})
 	require.NoError(t, err)
@@ -188,7 +188,7 @@ func TestReconcileForgetsSeriesOfDeletedModelServing(t *testing.T) {
 	terminating.DeletionTimestamp = ptr.To(metav1.Now())
 	cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
 		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).WithObjects(terminating).Build()
-	r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: record.NewFakeRecorder(10)}
+	r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: events.NewFakeRecorder(10)}
 
 	for _, name := range []string{"gone", "terminating"} {
 		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})

@@ -26,7 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/scale"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,7 +76,7 @@ type Reconciler struct {
 	APIReader client.Reader
 	Scales    scale.ScalesGetter
 	Mapper    meta.RESTMapper
-	Recorder  record.EventRecorder
+	Recorder  events.EventRecorder
 	// SyncPeriod is how often each binding decides (default 5 s: a third of the HPA's 15 s,
 	// so a burst is seen sooner; status is written only on change, so it costs reads only).
 	SyncPeriod time.Duration
@@ -157,7 +158,6 @@ type problem struct {
 func (p *problem) Error() string { return p.message }
 
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	logger := log.FromContext(ctx)
 	var b workloadv1alpha1.AutoscalingPolicyBinding
 	if err := r.Client.Get(ctx, req.NamespacedName, &b); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -166,6 +166,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
+	logger := log.FromContext(ctx).WithValues("autoscalingpolicybinding", klog.KObj(&b))
+	ctx = ctrl.LoggerInto(ctx, logger)
 	if !b.DeletionTimestamp.IsZero() {
 		r.drop(req.NamespacedName)
 		return ctrl.Result{}, nil
@@ -183,7 +185,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		decisionErrors.WithLabelValues(p.reason).Inc()
 		setCondition(status, b.Generation, ConditionReady, metav1.ConditionFalse, p.reason, p.message)
 		if !hasConditionReason(b.Status.Conditions, ConditionReady, p.reason) {
-			r.Recorder.Event(&b, corev1.EventTypeWarning, p.reason, p.message)
+			r.Recorder.Eventf(&b, nil, corev1.EventTypeWarning, p.reason, actionDecide, "%s", p.message)
 		}
 		logger.Info("autoscaler cannot act", "reason", p.reason, "message", p.message)
 	case err != nil:
@@ -321,10 +323,10 @@ func (r *Reconciler) decide(ctx context.Context, b *workloadv1alpha1.Autoscaling
 	}
 	switch {
 	case d.PanicStarted:
-		r.Recorder.Eventf(b, corev1.EventTypeNormal, "PanicModeStarted", "recommendation %d is at least %d%% of %d replicas: panic mode until %s",
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, ReasonPanicModeStarted, actionDecide, "recommendation %d is at least %d%% of %d replicas: panic mode until %s",
 			d.Recommended, policy.Panic.ThresholdPercent, current, d.PanicUntil.UTC().Format(time.RFC3339))
 	case d.PanicEnded:
-		r.Recorder.Event(b, corev1.EventTypeNormal, "PanicModeEnded", "no burst for the panic mode hold: back to the stable policy")
+		r.Recorder.Eventf(b, nil, corev1.EventTypeNormal, ReasonPanicModeEnded, actionDecide, "no burst for the panic mode hold: back to the stable policy")
 	}
 	if d.Panic {
 		setCondition(status, b.Generation, ConditionPanicMode, metav1.ConditionTrue, ReasonPanicModeOn, fmt.Sprintf("scale-up by the panic policy until %s; no scale-down meanwhile", d.PanicUntil.UTC().Format(time.RFC3339)))
@@ -366,7 +368,7 @@ func (r *Reconciler) decide(ctx context.Context, b *workloadv1alpha1.Autoscaling
 		t := targets[i]
 		cur := t.scale.Spec.Replicas
 		if last, had := st.lastApplied[t.key]; had && last != cur {
-			r.Recorder.Eventf(b, corev1.EventTypeNormal, "ManualScaleObserved",
+			r.Recorder.Eventf(b, t.ref(), corev1.EventTypeNormal, ReasonManualScaleObserved, actionDecide,
 				"%s has %d replicas, not the %d the autoscaler last saw or set: someone else scaled it; the autoscaler now decides from %d (it owns the replicas while this binding exists)", t.key, cur, last, cur)
 		}
 		if want[i] != cur {
@@ -376,12 +378,12 @@ func (r *Reconciler) decide(ctx context.Context, b *workloadv1alpha1.Autoscaling
 				applyErr = errors.Join(applyErr, fmt.Errorf("scale %s to %d: %w", t.key, want[i], err))
 				want[i] = cur
 			} else {
-				dir := "up"
+				dir, reason := "up", ReasonScaledUp
 				if want[i] < cur {
-					dir = "down"
+					dir, reason = "down", ReasonScaledDown
 				}
 				scaleEvents.WithLabelValues(b.Namespace, b.Name, dir).Inc()
-				r.Recorder.Eventf(b, corev1.EventTypeNormal, "Scaled"+strings.ToUpper(dir[:1])+dir[1:], "%s: %d -> %d replicas: %s", t.key, cur, want[i], msg)
+				r.Recorder.Eventf(b, t.ref(), corev1.EventTypeNormal, reason, actionScale, "%s: %d -> %d replicas: %s", t.key, cur, want[i], msg)
 				status.LastScaleTime = &metav1.Time{Time: now}
 			}
 		}

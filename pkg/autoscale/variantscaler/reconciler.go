@@ -28,7 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/scale"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,7 +88,7 @@ var modelServingGR = schema.GroupResource{Group: "workload.serving.volcano.sh", 
 type Reconciler struct {
 	Client   client.Client
 	Scales   scale.ScalesGetter
-	Recorder record.EventRecorder
+	Recorder events.EventRecorder
 	// SyncPeriod is how often each variant is sized (default 30 s; llm-d's default is 60 s).
 	SyncPeriod time.Duration
 	// Actuation picks who applies the desired replicas (default ActuateScale).
@@ -160,7 +161,6 @@ type problem struct{ reason, message string }
 func (p *problem) Error() string { return p.message }
 
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	logger := log.FromContext(ctx)
 	var va llmdv1alpha1.VariantAutoscaling
 	if err := r.Client.Get(ctx, req.NamespacedName, &va); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -169,6 +169,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
+	logger := log.FromContext(ctx).WithValues("variantautoscaling", klog.KObj(&va))
+	ctx = ctrl.LoggerInto(ctx, logger)
 	if !va.DeletionTimestamp.IsZero() {
 		r.drop(req.NamespacedName)
 		return ctrl.Result{}, nil
@@ -183,7 +185,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		runErrors.WithLabelValues(p.reason).Inc()
 		status.Actuation.Applied = false
 		if !hasReason(va.Status.Conditions, p.reason) && p.reason != ReasonWaitingForMetrics {
-			r.Recorder.Event(&va, corev1.EventTypeWarning, p.reason, p.message)
+			r.Recorder.Eventf(&va, nil, corev1.EventTypeWarning, p.reason, actionSize, "%s", p.message)
 		}
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse,
 			Reason: p.reason, Message: p.message, ObservedGeneration: va.Generation})
@@ -323,7 +325,7 @@ func (r *Reconciler) run(ctx context.Context, va *llmdv1alpha1.VariantAutoscalin
 			dir, reason = "scale_down", "load_decrease"
 		}
 		replicaScaling.WithLabelValues(va.Name, va.Namespace, dir, reason).Inc()
-		r.Recorder.Eventf(va, corev1.EventTypeNormal, "Scaled", "ModelServing %s: %d -> %d replicas: %s", va.Name, current, desired, msg)
+		r.Recorder.Eventf(va, nil, corev1.EventTypeNormal, ReasonScaled, actionScale, "ModelServing %s: %d -> %d replicas: %s", va.Name, current, desired, msg)
 	}
 	status.Actuation.Applied = true
 	setReady(status, va.Generation, ReasonOptimized, msg)
