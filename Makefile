@@ -3,7 +3,11 @@ SHELL := /bin/bash
 GO ?= go
 CONTROLLER_GEN := $(GO) tool controller-gen
 # Generated files: make test fails when these differ from what the generators produce.
-GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manifests/crds -name '*.yaml')
+GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manifests/crds -name '*.yaml') $(RBAC_GENERATED)
+# berth-controller's ClusterRole and leader-election Role, from the +kubebuilder:rbac markers
+# in pkg/ (every such marker is berth-controller's; the scheduler's and router's RBAC is
+# hand-written in manifests/scheduler and manifests/router).
+RBAC_GENERATED = manifests/controller/role.yaml
 TEST_TIMEOUT ?= 60m
 
 .PHONY: all build run generate manifests verify-generated vet test test-unit test-integration clean
@@ -24,9 +28,11 @@ generate:
 
 ## manifests: CRDs from the kubebuilder markers, plus Volcano's PodGroup and HyperNode CRDs
 ## generated from volcano.sh/apis and scheduler-plugins' PodGroup CRD generated from
-## sigs.k8s.io/scheduler-plugins (the same modules our code uses) for the test control plane.
+## sigs.k8s.io/scheduler-plugins (the same modules our code uses) for the test control plane;
+## berth-controller's RBAC roles from the +kubebuilder:rbac markers in pkg/.
 manifests:
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./pkg/apis/... output:crd:dir=manifests/crds
+	$(CONTROLLER_GEN) rbac:roleName=berth-controller,fileName=role.yaml paths=./pkg/... output:rbac:dir=manifests/controller
 	$(GO) run ./hack/crdtrim manifests/crds/workload.serving.volcano.sh_modelservings.yaml manifests/crds/inference.llmaz.io_services.yaml
 	rm -rf manifests/crds/volcano
 	$(CONTROLLER_GEN) crd paths=volcano.sh/apis/pkg/apis/scheduling/v1beta1 paths=volcano.sh/apis/pkg/apis/topology/v1alpha1 output:crd:dir=manifests/crds/volcano
@@ -39,7 +45,7 @@ manifests:
 verify-generated:
 	@before=$$(sha256sum $(GENERATED) | sort); \
 	$(MAKE) --no-print-directory -s generate manifests >/dev/null; \
-	after=$$(sha256sum $$(find pkg/apis -name 'zz_generated.*.go') $$(find manifests/crds -name '*.yaml') | sort); \
+	after=$$(sha256sum $$(find pkg/apis -name 'zz_generated.*.go') $$(find manifests/crds -name '*.yaml') $(RBAC_GENERATED) | sort); \
 	if [ "$$before" != "$$after" ]; then \
 	  echo "generated files are stale; run 'make generate manifests' and commit the result:"; \
 	  diff <(echo "$$before") <(echo "$$after") | awk '/^[<>]/ {print "  " $$3}' | sort -u; exit 1; fi

@@ -83,6 +83,19 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
+// RBAC the manager itself needs. Events from every reconciler's recorder (mgr.GetEventRecorder
+// writes events.k8s.io/v1; core events stay granted as before). /metrics is served only to
+// callers the apiserver authenticates and authorizes for GET /metrics (bind
+// berth-metrics-reader to your Prometheus): it asks with a TokenReview and a
+// SubjectAccessReview. Leader election holds the lease berth-controller in the
+// leader-election namespace (berth-system in manifests/) and records its events there.
+//
+// +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=berth-system,roleName=berth-controller-leader-election,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="";events.k8s.io,namespace=berth-system,roleName=berth-controller-leader-election,resources=events,verbs=create;patch
+
 // NewManager builds the manager with every reconciler registered.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	// Volcano's types are JSON only; controller-runtime negotiates per type, but keep the

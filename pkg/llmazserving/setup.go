@@ -6,6 +6,18 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
+// RBAC: a Playground becomes an llmaz Service, a ModelServer, a ModelRoute and (with an
+// elasticConfig) a HorizontalPodAutoscaler; a Service becomes a ModelServing. OpenModels and
+// BackendRuntimes are read; every kind's status is written (docs/llmaz.md).
+//
+// +kubebuilder:rbac:groups=inference.llmaz.io,resources=playgrounds;services;backendruntimes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=inference.llmaz.io,resources=services,verbs=create;update;patch;delete
+// +kubebuilder:rbac:groups=inference.llmaz.io,resources=playgrounds/status;services/status;backendruntimes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=llmaz.io,resources=openmodels,verbs=get;list;watch
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelroutes;modelservers,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings,verbs=get;list;watch;create;update;patch;delete
+
 // Setup registers the Playground, Service and BackendRuntime reconcilers.
 func Setup(mgr ctrl.Manager) error {
 	rec := mgr.GetEventRecorder("berth-llmaz")

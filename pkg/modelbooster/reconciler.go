@@ -37,6 +37,17 @@ type Reconciler struct {
 	HTTPClient *http.Client
 }
 
+// RBAC: a ModelBooster compiles to ModelServings, ModelServers, a ModelRoute and autoscaling
+// policies and bindings: the controller creates them, keeps them in step with the spec and
+// deletes those of a removed backend (docs/modelbooster.md). It reads the entry pods to load
+// LoRA adapters into their engines over HTTP.
+//
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelboosters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelboosters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings;autoscalingpolicies;autoscalingpolicybindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelroutes;modelservers,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+
 // SetupWithManager registers the reconciler and what it watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.HTTPClient == nil {

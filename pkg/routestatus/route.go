@@ -50,6 +50,13 @@ type RouteReconciler struct {
 	Recorder events.EventRecorder
 }
 
+// RBAC: ModelRoute and ModelServer status; a ModelServer's condition counts the pods its
+// selector matches.
+//
+// +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelroutes;modelservers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelroutes/status;modelservers/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+
 func (r *RouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named("modelroute-status").
 		For(&networkingv1alpha1.ModelRoute{}).

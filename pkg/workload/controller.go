@@ -35,6 +35,17 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 }
 
+// RBAC (manifests/controller/role.yaml is generated from these markers): the ModelServing
+// reconciler reads ModelServings and writes their status; it owns pods, headless Services,
+// Volcano PodGroups and ControllerRevisions. deleteGroup removes a group's pods in one
+// request (deletecollection). It never binds a pod or writes a node.
+//
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings,verbs=get;list;watch
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods;services,verbs=get;list;watch;create;delete;deletecollection
+// +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update;delete
+
 // SetupWithManager registers the reconciler and what it watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexOwned(context.Background(), mgr); err != nil {

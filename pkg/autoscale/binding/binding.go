@@ -100,6 +100,21 @@ type state struct {
 	zeroSince   map[string]time.Time // optimizer targets whose share has been zero since
 }
 
+// RBAC: the autoscaler reads its bindings, their policies and the targets' pods, writes the
+// bindings' status, and acts only through scale subresources (ModelServings, and the apps
+// kinds a binding may name), reading the target itself only for its scale-to-zero
+// annotation. To scale another kind with a scale subresource, add <resource>/scale get and
+// update and <resource> get below (or bind a role of your own to the berth-controller
+// ServiceAccount, docs/autoscaling.md).
+//
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=autoscalingpolicybindings;autoscalingpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=autoscalingpolicybindings/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings/scale,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments/scale;statefulsets/scale;replicasets/scale,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets;replicasets,verbs=get
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+
 // SetupWithManager registers the reconciler: bindings drive it, policy changes reach the
 // bindings that use them, and every binding requeues itself each sync period.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {

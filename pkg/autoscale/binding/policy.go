@@ -26,6 +26,11 @@ type PolicyReconciler struct {
 	Client client.Client
 }
 
+// RBAC: policies are read and their Valid condition written.
+//
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=autoscalingpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=autoscalingpolicies/status,verbs=get;update;patch
+
 // SetupWithManager registers the reconciler.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).

@@ -107,6 +107,16 @@ type Reconciler struct {
 	readers map[types.NamespacedName]*podmetrics.Reader
 }
 
+// RBAC: llm-d's VariantAutoscaling: read the variant, its SLO class and accelerator cost
+// ConfigMaps, its ModelServing's pods and ModelServers, write its status; it scales the
+// ModelServing of its name through its scale subresource.
+//
+// +kubebuilder:rbac:groups=llmd.ai,resources=variantautoscalings,verbs=get;list;watch
+// +kubebuilder:rbac:groups=llmd.ai,resources=variantautoscalings/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=configmaps;pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelservers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings/scale,verbs=get;update;patch
+
 // SetupWithManager registers the reconciler: variants drive it and requeue themselves each
 // sync period; a change of a ConfigMap they read reaches them at once.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
