@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedulermanifests "github.com/berth-sh/berth/manifests/scheduler"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/plugins/gang"
 	"github.com/berth-sh/berth/pkg/scheduler"
 )
@@ -87,7 +88,7 @@ func RunScheduler(ctx context.Context, dir, kubeconfig string, o SchedulerOption
 	if err != nil {
 		return err
 	}
-	return runConfig(ctx, dir, "berth-scheduler", cfg)
+	return runConfig(ctx, dir, workloadv1alpha1.BerthSchedulerName, cfg)
 }
 
 // DefaultSchedulerConfig is kube-scheduler's own default profile (schedulerName

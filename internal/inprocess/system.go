@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/sim"
@@ -82,7 +83,7 @@ func Start(ctx context.Context, cfg *rest.Config, o Options) (*System, error) {
 	}()
 	if o.Scheduler != nil {
 		so := *o.Scheduler
-		s.run(ctx, "berth-scheduler", func(ctx context.Context) error { return RunScheduler(ctx, o.Dir, o.Kubeconfig, so) })
+		s.run(ctx, workloadv1alpha1.BerthSchedulerName, func(ctx context.Context) error { return RunScheduler(ctx, o.Dir, o.Kubeconfig, so) })
 	}
 	if o.DefaultScheduler {
 		s.run(ctx, "kube-scheduler", func(ctx context.Context) error { return RunDefaultScheduler(ctx, o.Dir, o.Kubeconfig, ClusterRate) })
