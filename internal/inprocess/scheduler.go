@@ -121,4 +121,3 @@ func runConfig(ctx context.Context, dir, name string, cfg []byte) error {
 	}
 	return scheduler.Run(ctx, scheduler.Options{ConfigFile: path})
 }
-

@@ -204,8 +204,8 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		// controller names again.
 		Controller: &controller.Options{InProcessRestart: true,
 			AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod},
-		Kubelet: &inprocess.KubeletOptions{PodStartDelay: o.PodStartDelay, Engines: &sim.EngineOptions{TimeScale: o.EngineTimeScale}, Client: kube},
-		Routers: []router.Options{{Addr: routerAddr, ShutdownTimeout: 2 * time.Second}},
+		Kubelet:      &inprocess.KubeletOptions{PodStartDelay: o.PodStartDelay, Engines: &sim.EngineOptions{TimeScale: o.EngineTimeScale}, Client: kube},
+		Routers:      []router.Options{{Addr: routerAddr, ShutdownTimeout: 2 * time.Second}},
 		RouterLogger: func(int) logr.Logger { return routerLogger() },
 		// Building the first router's view waits for the informers' first lists.
 		RouterReadyTimeout: o.Timeout,
