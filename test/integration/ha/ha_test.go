@@ -396,7 +396,10 @@ func TestControllerLeaderKilledMidRollout(t *testing.T) {
 	require.NoError(t, cp.WriteKubeconfig(kubeconfig))
 	sctx, stopScheduler := context.WithCancel(ctx)
 	schedDone := make(chan struct{})
-	go func() { defer close(schedDone); _ = inprocess.RunScheduler(sctx, dir, kubeconfig, inprocess.SchedulerOptions{}) }()
+	go func() {
+		defer close(schedDone)
+		_ = inprocess.RunScheduler(sctx, dir, kubeconfig, inprocess.SchedulerOptions{})
+	}()
 	t.Cleanup(func() { stopScheduler(); <-schedDone })
 	kubelet := sim.NewKubelet(kube, time.Duration(200+rng.IntN(300))*time.Millisecond)
 	go kubelet.Run(ctx)
