@@ -10,7 +10,7 @@ GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manife
 RBAC_GENERATED = manifests/controller/role.yaml
 TEST_TIMEOUT ?= 60m
 
-.PHONY: all build run generate manifests verify-generated vet test test-unit test-integration clean
+.PHONY: all build run generate manifests verify-generated vet test test-deps test-unit test-integration clean
 
 all: build
 
@@ -59,8 +59,20 @@ test-unit:
 test-integration:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/integration/...
 
+## test-deps: what the tests need beyond Go. The router's tests start a real redis-server;
+## when it is missing it is installed from Debian's redis-server package (as root, or with
+## passwordless sudo), or make stops naming the one command to run.
+test-deps:
+	@command -v redis-server >/dev/null && exit 0; \
+	echo "redis-server is not on the PATH; installing Debian's redis-server package"; \
+	sudo=; [ "$$(id -u)" -eq 0 ] || sudo="sudo -n"; \
+	install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server; }; \
+	if command -v apt-get >/dev/null && { install || { $$sudo apt-get update && install; }; } && command -v redis-server >/dev/null; then exit 0; fi; \
+	echo "make test needs redis-server: run 'sudo apt-get install redis-server' (or your system's package of it), then make test again" >&2; \
+	exit 1
+
 ## test: everything CI runs
-test: verify-generated vet
+test: test-deps verify-generated vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 clean:
