@@ -23,6 +23,7 @@ func main() {
 	flag.DurationVar(&o.VariantSyncPeriod, "variant-sync-period", 30*time.Second, "how often each VariantAutoscaling reads its load and is sized")
 	flag.StringVar(&o.VariantActuation, "variant-actuation", "scale", `who applies a VariantAutoscaling's desired replicas: "scale" (berth-controller, through the ModelServing's scale subresource) or "metric" (only export inferno_desired_replicas for an HPA or KEDA)`)
 	flag.StringVar(&o.VariantCostsConfigMap, "variant-costs-configmap", "berth-system/accelerator-unit-costs", "namespace/name of the accelerator unit costs a VariantAutoscaling reads when its namespace has no accelerator-unit-costs ConfigMap")
+	flag.StringVar(&o.Manage, "manage", "all", `which objects to act on: "all" (every ModelServing, ModelBooster, ModelRoute, ModelServer, autoscaling policy and binding, VariantAutoscaling and llmaz Playground/Service/BackendRuntime: Berth is their only controller) or "berth" (ModelServings whose pods ask for berth-scheduler, and objects labelled serving.berth.sh/managed=true: beside Kthena's, llmaz's or llm-d's controllers)`)
 	flag.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "berth-system", "namespace of the leader-election lease")
 	flag.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before it takes over")
 	flag.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops leading")

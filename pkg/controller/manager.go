@@ -35,6 +35,7 @@ import (
 	"github.com/berth-sh/berth/pkg/llmazserving"
 	"github.com/berth-sh/berth/pkg/modelbooster"
 	"github.com/berth-sh/berth/pkg/routestatus"
+	"github.com/berth-sh/berth/pkg/scope"
 	"github.com/berth-sh/berth/pkg/workload"
 )
 
@@ -67,6 +68,10 @@ type Options struct {
 	// VariantCostsConfigMap is namespace/name of the accelerator unit costs a variant reads
 	// when its namespace has no accelerator-unit-costs ConfigMap.
 	VariantCostsConfigMap string
+	// Manage is which objects the reconcilers act on: "all" (or "", every object of their
+	// kinds) or "berth" (ModelServings on berth-scheduler and objects labelled
+	// serving.berth.sh/managed=true), beside Kthena's, llmaz's or llm-d's controllers.
+	Manage string
 }
 
 // Scheme knows every kind the controller reads or writes.
@@ -98,6 +103,10 @@ func Scheme() *runtime.Scheme {
 
 // NewManager builds the manager with every reconciler registered.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	manage, err := scope.Parse(o.Manage)
+	if err != nil {
+		return nil, err
+	}
 	// Volcano's types are JSON only; controller-runtime negotiates per type, but keep the
 	// default content type JSON so CRD kinds and core kinds share one client setup.
 	cfg = rest.CopyConfig(cfg)
@@ -132,6 +141,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		}
 	}
 	if err := (&workload.Reconciler{
+		Scope:    manage,
 		Client:   mgr.GetClient(),
 		Scheme:   mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("berth-controller"),
@@ -139,21 +149,22 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("ModelServing reconciler: %w", err)
 	}
 	if err := (&modelbooster.Reconciler{
+		Scope:    manage,
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("berth-controller"),
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ModelBooster reconciler: %w", err)
 	}
-	if err := (&routestatus.RouteReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("berth-controller")}).SetupWithManager(mgr); err != nil {
+	if err := (&routestatus.RouteReconciler{Scope: manage, Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("berth-controller")}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ModelRoute status reconciler: %w", err)
 	}
-	if err := (&routestatus.ServerReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("berth-controller")}).SetupWithManager(mgr); err != nil {
+	if err := (&routestatus.ServerReconciler{Scope: manage, Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("berth-controller")}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ModelServer status reconciler: %w", err)
 	}
-	if err := addAutoscaler(mgr, cfg, o); err != nil {
+	if err := addAutoscaler(mgr, cfg, o, manage); err != nil {
 		return nil, err
 	}
-	if err := llmazserving.Setup(mgr); err != nil {
+	if err := llmazserving.Setup(mgr, manage); err != nil {
 		return nil, err
 	}
 	return mgr, nil
@@ -163,7 +174,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 // The binding reconciler scales through the scale subresource of whatever kind a binding
 // names, so it resolves kinds with discovery (cached; refreshed when a kind is unknown, as
 // CRDs come and go).
-func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
+func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.Mode) error {
 	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("autoscaler discovery: %w", err)
@@ -173,10 +184,11 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return fmt.Errorf("autoscaler scale client: %w", err)
 	}
-	if err := (&binding.PolicyReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&binding.PolicyReconciler{Client: mgr.GetClient(), Scope: manage}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("AutoscalingPolicy reconciler: %w", err)
 	}
 	if err := (&binding.Reconciler{
+		Scope:      manage,
 		Client:     mgr.GetClient(),
 		APIReader:  mgr.GetAPIReader(),
 		Scales:     scales,
@@ -201,6 +213,7 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options) error {
 		costs = types.NamespacedName{Namespace: ns, Name: name}
 	}
 	if err := (&variantscaler.Reconciler{
+		Scope:          manage,
 		Client:         mgr.GetClient(),
 		Scales:         scales,
 		Recorder:       mgr.GetEventRecorder("berth-variant-autoscaler"),

@@ -14,12 +14,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	inferenceapi "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // BackendRuntimeReconciler reports whether a BackendRuntime can be used: its recommended
 // configs' arguments use only the placeholders a Playground fills, and no limit is below its
 // request.
 type BackendRuntimeReconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope  scope.Mode
 	Client client.Client
 }
 
@@ -33,6 +36,9 @@ func (r *BackendRuntimeReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("backendruntime", klog.KObj(&br)))
+	if !r.Scope.Manages(&br) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	status := br.Status.DeepCopy()
 	cond := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: ReasonValid, ObservedGeneration: br.Generation}
 	var names, problems []string

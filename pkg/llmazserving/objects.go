@@ -19,6 +19,7 @@ import (
 	inferenceapi "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // llmaz's names, kept so manifests and tools written for llmaz see what they expect.
@@ -261,7 +262,7 @@ func BuildService(pg *inferenceapi.Playground, m *Models, br *inferenceapi.Backe
 	return &inferenceapi.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pg.Name, Namespace: pg.Namespace, Annotations: annotations,
-			Labels: map[string]string{coreapi.ModelNameLabelKey: m.Main.Name, PlaygroundLabel: pg.Name},
+			Labels: scope.Inherit(pg, map[string]string{coreapi.ModelNameLabelKey: m.Main.Name, PlaygroundLabel: pg.Name}),
 		},
 		Spec: inferenceapi.ServiceSpec{
 			ModelClaims:      claims,
@@ -580,7 +581,7 @@ func EngineOf(backend string) networkingv1alpha1.InferenceEngine {
 // pods that serve the API) on the engine's port, serving the main model's name.
 func BuildModelServer(pg *inferenceapi.Playground, model string, engine networkingv1alpha1.InferenceEngine, port int32) *networkingv1alpha1.ModelServer {
 	return &networkingv1alpha1.ModelServer{
-		ObjectMeta: metav1.ObjectMeta{Name: pg.Name, Namespace: pg.Namespace, Labels: map[string]string{PlaygroundLabel: pg.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: pg.Name, Namespace: pg.Namespace, Labels: scope.Inherit(pg, map[string]string{PlaygroundLabel: pg.Name})},
 		Spec: networkingv1alpha1.ModelServerSpec{
 			Model:           ptr.To(model),
 			InferenceEngine: engine,
@@ -597,7 +598,7 @@ func BuildModelServer(pg *inferenceapi.Playground, model string, engine networki
 // ModelServer.
 func BuildModelRoute(pg *inferenceapi.Playground, model string, loras []string) *networkingv1alpha1.ModelRoute {
 	return &networkingv1alpha1.ModelRoute{
-		ObjectMeta: metav1.ObjectMeta{Name: pg.Name, Namespace: pg.Namespace, Labels: map[string]string{PlaygroundLabel: pg.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: pg.Name, Namespace: pg.Namespace, Labels: scope.Inherit(pg, map[string]string{PlaygroundLabel: pg.Name})},
 		Spec: networkingv1alpha1.ModelRouteSpec{
 			ModelName:    model,
 			LoraAdapters: loras,
@@ -630,7 +631,7 @@ func ScaleTrigger(pg *inferenceapi.Playground, cfg *inferenceapi.RecommendedConf
 func BuildHPA(pg *inferenceapi.Playground, trigger *inferenceapi.ScaleTrigger) *autoscalingv2.HorizontalPodAutoscaler {
 	ec := pg.Spec.ElasticConfig
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Name: pg.Name, Namespace: pg.Namespace, Labels: map[string]string{PlaygroundLabel: pg.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: pg.Name, Namespace: pg.Namespace, Labels: scope.Inherit(pg, map[string]string{PlaygroundLabel: pg.Name})},
 		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
 			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: inferenceapi.SchemeGroupVersion.String(), Kind: "Playground", Name: pg.Name},
 			MinReplicas:    ptr.To(ptr.Deref(ec.MinReplicas, 1)),

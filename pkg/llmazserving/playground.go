@@ -24,11 +24,14 @@ import (
 	inferenceapi "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // PlaygroundReconciler turns Playgrounds into llmaz Services, ModelServers, ModelRoutes and
 // HorizontalPodAutoscalers.
 type PlaygroundReconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope    scope.Mode
 	Client   client.Client
 	Recorder events.EventRecorder
 }
@@ -73,6 +76,9 @@ func (r *PlaygroundReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("playground", klog.KObj(&pg)))
+	if !r.Scope.Manages(&pg) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	if !pg.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}

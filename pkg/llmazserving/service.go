@@ -20,10 +20,13 @@ import (
 	coreapi "github.com/berth-sh/berth/pkg/apis/llmaz/core/v1alpha1"
 	inferenceapi "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // ServiceReconciler runs llmaz Services as ModelServings.
 type ServiceReconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope    scope.Mode
 	Client   client.Client
 	Recorder events.EventRecorder
 }
@@ -56,6 +59,9 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("service", klog.KObj(&svc)))
+	if !r.Scope.Manages(&svc) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	if !svc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}

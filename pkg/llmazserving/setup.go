@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // RBAC: a Playground becomes an llmaz Service, a ModelServer, a ModelRoute and (with an
@@ -18,16 +20,17 @@ import (
 // +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelroutes;modelservers,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings,verbs=get;list;watch;create;update;patch;delete
 
-// Setup registers the Playground, Service and BackendRuntime reconcilers.
-func Setup(mgr ctrl.Manager) error {
+// Setup registers the Playground, Service and BackendRuntime reconcilers, acting on the
+// objects m manages.
+func Setup(mgr ctrl.Manager, m scope.Mode) error {
 	rec := mgr.GetEventRecorder("berth-llmaz")
-	if err := (&PlaygroundReconciler{Client: mgr.GetClient(), Recorder: rec}).SetupWithManager(mgr); err != nil {
+	if err := (&PlaygroundReconciler{Client: mgr.GetClient(), Recorder: rec, Scope: m}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("Playground reconciler: %w", err)
 	}
-	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: rec}).SetupWithManager(mgr); err != nil {
+	if err := (&ServiceReconciler{Client: mgr.GetClient(), Recorder: rec, Scope: m}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("llmaz Service reconciler: %w", err)
 	}
-	if err := (&BackendRuntimeReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&BackendRuntimeReconciler{Client: mgr.GetClient(), Scope: m}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("BackendRuntime reconciler: %w", err)
 	}
 	return nil

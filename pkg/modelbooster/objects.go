@@ -15,6 +15,7 @@ import (
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // This file, engine.go and validation.go are the pure half of the ModelBooster controller:
@@ -124,7 +125,8 @@ func boosterLabels(mb *workloadv1alpha1.ModelBooster, backend string) map[string
 	if backend != "" {
 		l[workloadv1alpha1.ModelBoosterBackendLabel] = backend
 	}
-	return l
+	// What an opted-in ModelBooster generates is Berth's too (--manage=berth).
+	return scope.Inherit(mb, l)
 }
 
 func boosterOwnerRef(mb *workloadv1alpha1.ModelBooster) metav1.OwnerReference {

@@ -24,6 +24,7 @@ import (
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // Reconciler compiles ModelBoosters into ModelServings, ModelServers, a ModelRoute
@@ -31,6 +32,8 @@ import (
 // spec, deletes those the spec no longer has, loads LoRA adapters into the engines, and
 // derives the ModelBooster's status from what exists. It never creates a pod.
 type Reconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope scope.Mode
 	client.Client
 	Recorder events.EventRecorder
 	// HTTPClient calls the engines' LoRA API (default: loraHTTPTimeout per request).
@@ -119,6 +122,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("modelbooster", klog.KObj(mb)))
+	if !r.Scope.Manages(mb) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	if mb.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
 	}

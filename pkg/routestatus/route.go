@@ -26,6 +26,7 @@ import (
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	"github.com/berth-sh/berth/pkg/router/match"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // Condition types and reasons a ModelRoute's status carries.
@@ -46,6 +47,8 @@ const (
 // is woken by its route, by any route (a route created or deleted elsewhere changes which
 // route serves a shared model name) and by ModelServers of the route's namespace.
 type RouteReconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope    scope.Mode
 	Client   client.Client
 	Recorder events.EventRecorder
 }
@@ -106,6 +109,9 @@ func (r *RouteReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("modelroute", klog.KObj(&mr)))
+	if !r.Scope.Manages(&mr) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	var servers networkingv1alpha1.ModelServerList
 	if err := r.Client.List(ctx, &servers, client.InNamespace(mr.Namespace)); err != nil {
 		return ctrl.Result{}, err

@@ -25,6 +25,7 @@ import (
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	"github.com/berth-sh/berth/pkg/router/view"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // Condition type and reasons a ModelServer's status carries.
@@ -43,6 +44,8 @@ const (
 // ServerReconciler keeps each ModelServer's WorkloadsFound condition current, woken by the
 // server and by pods of its namespace whose labels, readiness or IP change.
 type ServerReconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope    scope.Mode
 	Client   client.Client
 	Recorder events.EventRecorder
 }
@@ -96,6 +99,9 @@ func (r *ServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("modelserver", klog.KObj(&ms)))
+	if !r.Scope.Manages(&ms) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(ms.Namespace)); err != nil {
 		return ctrl.Result{}, err

@@ -25,11 +25,14 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // Reconciler reconciles ModelServings. It is level-triggered: every pass derives what
 // should exist from the spec and what does exist from the cache, and acts on the difference.
 type Reconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope scope.Mode
 	client.Client
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
@@ -76,6 +79,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	logger := log.FromContext(ctx).WithValues("modelserving", klog.KObj(ms))
 	ctx = ctrl.LoggerInto(ctx, logger)
+	if !r.Scope.Manages(ms) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	if ms.DeletionTimestamp != nil {
 		// Its status is no longer kept, so its series would only go stale.
 		forgetModelServing(ms.Namespace, ms.Name)

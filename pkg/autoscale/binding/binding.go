@@ -39,6 +39,7 @@ import (
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale"
 	"github.com/berth-sh/berth/pkg/autoscale/podmetrics"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // Condition types and reasons on an AutoscalingPolicyBinding.
@@ -70,6 +71,8 @@ const (
 
 // Reconciler scales the targets of AutoscalingPolicyBindings.
 type Reconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope  scope.Mode
 	Client client.Client
 	// APIReader reads a target's metadata (its scale-to-zero annotation) without a cache,
 	// so the controller needs only "get" on kinds it does not otherwise watch.
@@ -183,6 +186,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	logger := log.FromContext(ctx).WithValues("autoscalingpolicybinding", klog.KObj(&b))
 	ctx = ctrl.LoggerInto(ctx, logger)
+	if !r.Scope.Manages(&b) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	if !b.DeletionTimestamp.IsZero() {
 		r.drop(req.NamespacedName)
 		return ctrl.Result{}, nil

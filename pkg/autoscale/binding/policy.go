@@ -15,6 +15,7 @@ import (
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // ConditionValid on an AutoscalingPolicy says whether the autoscaler can use it.
@@ -23,6 +24,8 @@ const ConditionValid = "Valid"
 // PolicyReconciler reports on each AutoscalingPolicy whether it is usable: what the schema
 // cannot check (a metric target that is not a positive number, a metric listed twice).
 type PolicyReconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope  scope.Mode
 	Client client.Client
 }
 
@@ -45,6 +48,9 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, log.FromContext(ctx).WithValues("autoscalingpolicy", klog.KObj(&p)))
+	if !r.Scope.Manages(&p) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	cond := metav1.Condition{Type: ConditionValid, Status: metav1.ConditionTrue, Reason: "Valid", Message: "the autoscaler can use this policy", ObservedGeneration: p.Generation}
 	if _, err := autoscale.NewPolicy(&p.Spec); err != nil {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonInvalidPolicy, err.Error()

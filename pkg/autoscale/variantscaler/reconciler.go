@@ -42,6 +42,7 @@ import (
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale/podmetrics"
 	"github.com/berth-sh/berth/pkg/autoscale/variant"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 // Actuation says who applies a variant's desired replicas.
@@ -86,6 +87,8 @@ var modelServingGR = schema.GroupResource{Group: "workload.serving.volcano.sh", 
 
 // Reconciler sizes VariantAutoscalings.
 type Reconciler struct {
+	// Scope is which objects it acts on (scope.All when zero).
+	Scope    scope.Mode
 	Client   client.Client
 	Scales   scale.ScalesGetter
 	Recorder events.EventRecorder
@@ -181,6 +184,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	logger := log.FromContext(ctx).WithValues("variantautoscaling", klog.KObj(&va))
 	ctx = ctrl.LoggerInto(ctx, logger)
+	if !r.Scope.Manages(&va) {
+		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+	}
 	if !va.DeletionTimestamp.IsZero() {
 		r.drop(req.NamespacedName)
 		return ctrl.Result{}, nil

@@ -7,6 +7,13 @@ const (
 	// asks for berth-scheduler's profile.
 	BerthSchedulerName = "berth-scheduler"
 
+	// ManagedLabel "true" on a ModelServing, ModelBooster, ModelRoute, ModelServer,
+	// AutoscalingPolicy(Binding), llm-d VariantAutoscaling or llmaz Playground, Service or
+	// BackendRuntime asks berth-controller to act on it when it runs with --manage=berth
+	// (beside Kthena's, llmaz's or llm-d's controllers). A ModelServing whose pods ask for
+	// berth-scheduler needs no label. Objects Berth generates from a labelled one carry it.
+	ManagedLabel = "serving.berth.sh/managed"
+
 	// ModelServingNameLabel names the ModelServing a pod, Service or PodGroup belongs to.
 	ModelServingNameLabel = "modelserving.volcano.sh/name"
 	// GroupNameLabel names the ServingGroup ("<ms>-<i>").
