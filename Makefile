@@ -17,7 +17,7 @@ VERSION_PKG := github.com/berth-sh/berth/pkg/version
 VERSION_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).GitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 BINARIES := scheduler controller router sandbox
 
-.PHONY: all build binaries run generate manifests verify-generated vet test test-unit test-integration clean FORCE
+.PHONY: all build binaries images run generate manifests verify-generated vet test test-unit test-integration clean FORCE
 
 all: build
 
@@ -29,6 +29,13 @@ binaries: $(BINARIES:%=bin/berth-%)
 
 bin/berth-%: FORCE
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(VERSION_LDFLAGS)' -o $@ ./cmd/$*
+
+## images: the berth-scheduler, berth-controller and berth-router images, built without a
+## Docker engine (hack/imagebuild) into bin/images/: <name>.tar, a docker-archive for
+## docker load and kind load image-archive, and <name>/, an OCI layout for crane push.
+## The Dockerfile builds the same images with Docker.
+images:
+	$(GO) run ./hack/imagebuild -out bin/images -version $(VERSION) -commit $(GIT_COMMIT) -source-date-epoch $(SOURCE_DATE_EPOCH)
 
 ## run: the sandbox: control plane, simulated GPU fabric, berth-scheduler, berth-controller,
 ## examples/ applied; Ctrl-C stops it. Flags go in ARGS, e.g. make run ARGS='--once --spines 4'
