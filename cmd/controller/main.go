@@ -4,6 +4,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/berth-sh/berth/pkg/controller"
+	"github.com/berth-sh/berth/pkg/version"
 )
 
 func main() {
@@ -28,10 +30,16 @@ func main() {
 	flag.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before it takes over")
 	flag.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops leading")
 	flag.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often a standby tries to acquire, and the leader to renew, the lease")
+	showVersion := version.Flag(nil)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Line("berth-controller"))
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	ctrl.Log.Info("starting berth-controller", version.Get().KeysAndValues()...)
 
 	mgr, err := controller.NewManager(ctrl.GetConfigOrDie(), o)
 	if err != nil {

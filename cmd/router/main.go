@@ -5,6 +5,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/router/pick"
+	"github.com/berth-sh/berth/pkg/version"
 )
 
 func main() {
@@ -20,7 +22,7 @@ func main() {
 	o.Defaults()
 	policy := string(o.Policy)
 	flag.StringVar(&o.Addr, "addr", o.Addr, "address of the OpenAI API")
-	flag.StringVar(&o.AdminAddr, "admin-addr", ":8081", "address of /metrics, /healthz and /readyz (\"\" disables it)")
+	flag.StringVar(&o.AdminAddr, "admin-addr", ":8081", "address of /metrics, /healthz, /readyz and /version (\"\" disables it)")
 	flag.BoolVar(&o.MetricsAuth, "metrics-auth", true, "serve the admin listener over HTTPS and /metrics only to callers the apiserver authenticates and authorizes for GET /metrics")
 	flag.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serve the API over HTTPS with this certificate (needs --tls-key-file)")
 	flag.StringVar(&o.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file")
@@ -32,12 +34,18 @@ func main() {
 	flag.DurationVar(&o.ScrapeInterval, "scrape-interval", o.ScrapeInterval, "how often each endpoint's /metrics and /v1/models are read")
 	flag.StringVar(&policy, "policy", policy, "endpoint picking: \"scored\" (weighted --scorers) or \"round-robin\"")
 	flag.StringVar(&o.Scorers, "scorers", o.Scorers, "scorer=weight list: "+pick.LeastRequests+", "+pick.KVCache+", "+pick.PrefixCache+", "+pick.Latency+", "+pick.LoRA)
+	showVersion := version.Flag(nil)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Line("berth-router"))
+		return
+	}
 	o.Policy = pick.Policy(policy)
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("berth-router")
+	log.Info("starting berth-router", version.Get().KeysAndValues()...)
 
 	r, err := router.New(ctrl.GetConfigOrDie(), o, log)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/sandbox"
 	"github.com/berth-sh/berth/pkg/sim"
+	"github.com/berth-sh/berth/pkg/version"
 )
 
 func main() {
@@ -52,10 +53,15 @@ func main() {
 	flag.DurationVar(&o.VariantSyncPeriod, "variant-sync-period", 5*time.Second, "how often each VariantAutoscaling is sized (berth-controller's default is 30s)")
 	flag.DurationVar(&o.AutoscaleSyncPeriod, "autoscale-sync-period", 5*time.Second, "how often the autoscaler reads metrics and decides (berth-controller's default)")
 	verbosity := flag.Int("v", 0, "log verbosity of the in-process components (0 keeps their logs off)")
+	showVersion := version.Flag(flag)
 	_ = flag.Parse(os.Args[1:])
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "sandbox: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
+	}
+	fmt.Println(version.Line("berth-sandbox"))
+	if *showVersion {
+		return
 	}
 	sandbox.ConfigureLogging(*verbosity)
 

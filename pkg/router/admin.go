@@ -10,14 +10,17 @@ import (
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+
+	"github.com/berth-sh/berth/pkg/version"
 )
 
 // adminServer builds the admin listener: /metrics (behind the apiserver's authentication
-// and authorization when MetricsAuth is set, over HTTPS), /healthz and /readyz.
+// and authorization when MetricsAuth is set, over HTTPS), /healthz, /readyz and /version.
 func (r *Router) adminServer() (*http.Server, net.Listener, error) {
 	var metrics http.Handler = promhttp.HandlerFor(r.metrics.registry, promhttp.HandlerOpts{})
 	mux := http.NewServeMux()
 	r.health(mux)
+	mux.Handle("GET /version", version.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: r.opts.ReadHeaderTimeout}
 	if r.opts.MetricsAuth {
 		hc, err := rest.HTTPClientFor(r.cfg)

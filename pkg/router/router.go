@@ -32,7 +32,7 @@ import (
 type Options struct {
 	// Addr serves the OpenAI API ("127.0.0.1:0" picks a port).
 	Addr string
-	// AdminAddr serves /metrics, /healthz and /readyz ("" disables it; the API listener
+	// AdminAddr serves /metrics, /healthz, /readyz and /version ("" disables it; the API listener
 	// serves /healthz and /readyz too).
 	AdminAddr string
 	// MetricsAuth guards the admin listener's /metrics as kube-apiserver guards its own: a
@@ -40,7 +40,7 @@ type Options struct {
 	// for GET on the non-resource URL /metrics (SubjectAccessReview). The series name routes,
 	// servers and pods of every namespace, so without it anyone who reaches the port learns
 	// them. The admin listener is then HTTPS with a self-signed certificate, so tokens never
-	// cross the network in the clear; its /healthz and /readyz stay open (the API listener
+	// cross the network in the clear; its /healthz, /readyz and /version stay open (the API listener
 	// serves them too, and the kubelet probes that one).
 	MetricsAuth bool
 	// TLSCertFile and TLSKeyFile, when both set, make the API listener HTTPS.

@@ -14,20 +14,64 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/configz"
+	k8sversion "k8s.io/component-base/version"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	schedulerconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	kubescheduler "k8s.io/kubernetes/pkg/scheduler"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/version"
 )
 
 // NewCommand is the berth-scheduler command line: kube-scheduler's, with our plugins.
+// Its --version (kube-scheduler's flag) prints Berth's version and the kube-scheduler
+// release it embeds; --version=vX.Y.Z keeps kube-scheduler's meaning (the Kubernetes
+// version to report) and starts the scheduler.
 func NewCommand() *cobra.Command {
-	cmd := app.NewSchedulerCommand(Plugins()...)
+	cmd := app.NewSchedulerCommand(append(Plugins(), logVersion)...)
 	cmd.Use = workloadv1alpha1.BerthSchedulerName
 	cmd.Short = "berth-scheduler places LLM serving groups: gangs, network topology and accelerators"
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		// kube-scheduler's own handling (component-base's verflag, first thing in its
+		// RunE) would print k8s.io/component-base/version, which this build leaves
+		// unstamped: kube-scheduler derives its binary and emulation versions and its
+		// feature-gate defaults from it, so it must not carry Berth's version.
+		if f := c.Flags().Lookup("version"); f != nil {
+			switch f.Value.String() {
+			case "true":
+				fmt.Fprintln(c.OutOrStdout(), version.Line(workloadv1alpha1.BerthSchedulerName))
+				fmt.Fprintln(c.OutOrStdout(), "kube-scheduler "+KubeSchedulerVersion())
+				return nil
+			case "raw":
+				fmt.Fprintf(c.OutOrStdout(), "%#v\n%#v\n", version.Get(), k8sversion.Get())
+				return nil
+			}
+		}
+		return run(c, args)
+	}
 	return cmd
+}
+
+// KubeSchedulerVersion is the kube-scheduler release berth-scheduler embeds: the
+// k8s.io/kubernetes module it was built with ("v1.37.1"), or the Kubernetes minor version
+// component-base declares when the binary carries no module list.
+func KubeSchedulerVersion() string {
+	if v := version.Dependency("k8s.io/kubernetes"); v != "" {
+		return v
+	}
+	return "v" + k8sversion.DefaultKubeBinaryVersion
+}
+
+// logVersion logs Berth's version when berth-scheduler starts. It is a registry option only
+// because those run after kube-scheduler has applied its logging flags, so the line comes
+// in the configured format, just before kube-scheduler's "Starting Kubernetes Scheduler".
+func logVersion(frameworkruntime.Registry) error {
+	klog.Background().Info("Starting berth-scheduler", append(version.Get().KeysAndValues(), "kubeScheduler", KubeSchedulerVersion())...)
+	return nil
 }
 
 // Options start an in-process berth-scheduler.

@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/berth-sh/berth/internal/controlplane/cptest"
 	"github.com/berth-sh/berth/internal/inprocess"
 	"github.com/berth-sh/berth/pkg/scheduler"
+	"github.com/berth-sh/berth/pkg/version"
 )
 
 // The plugins start informers against an apiserver when they are built, and kube-scheduler
@@ -55,4 +57,28 @@ func TestMisspeltArgFailsStart(t *testing.T) {
 	require.Error(t, err, "berth-scheduler started (and ran until the timeout) with a misspelt arg")
 	assert.ErrorContains(t, err, `initializing plugin "BerthGang"`)
 	assert.ErrorContains(t, err, `unknown field "permitWaitingTimeSecond"`)
+}
+
+// --version prints Berth's version and the kube-scheduler release it embeds, and returns
+// without starting anything (kube-scheduler's own handling would print the unstamped
+// k8s.io/component-base version and exit the process).
+func TestVersionFlag(t *testing.T) {
+	for _, arg := range []string{"--version", "--version=true", "--version=raw"} {
+		t.Run(arg, func(t *testing.T) {
+			cmd := scheduler.NewCommand()
+			// verflag's value is process-wide: leave it off for whatever runs next.
+			defer func() { _ = cmd.Flags().Set("version", "false") }()
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetArgs([]string{arg})
+			require.NoError(t, cmd.Execute())
+			if arg == "--version=raw" {
+				assert.Contains(t, out.String(), `version.Info{Version:"`+version.Dev+`"`)
+				assert.Contains(t, out.String(), `version.Info{Major:`, "and k8s.io/component-base's")
+				return
+			}
+			assert.Equal(t, "berth-scheduler "+version.Get().String()+"\nkube-scheduler "+scheduler.KubeSchedulerVersion()+"\n", out.String())
+			assert.Regexp(t, `^v1\.\d+`, scheduler.KubeSchedulerVersion())
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/berth-sh/berth/pkg/version"
 )
 
 // A ModelServing behind a ModelServer and a ModelRoute answers chat and completion
@@ -100,7 +103,8 @@ spec:
 	}
 	assert.Contains(t, ids, "llama-3.1")
 
-	// What happened is visible on the admin listener's /metrics; /healthz and /readyz answer.
+	// What happened is visible on the admin listener's /metrics; /healthz, /readyz and
+	// /version answer.
 	metrics := get(t, "http://"+routers[0].AdminAddr()+"/metrics")
 	for _, series := range []string{
 		`berth_router_requests_total{model="llama-3.1",route="` + w.ns + `/llama",status="200"}`,
@@ -112,6 +116,9 @@ spec:
 	}
 	assert.Equal(t, "ok\n", get(t, "http://"+routers[0].AdminAddr()+"/readyz"))
 	assert.Equal(t, "ok\n", get(t, "http://"+routers[0].Addr()+"/healthz"))
+	var v version.Info
+	require.NoError(t, json.Unmarshal([]byte(get(t, "http://"+routers[0].AdminAddr()+"/version")), &v))
+	assert.Equal(t, version.Get(), v)
 }
 
 func get(t *testing.T, url string) string {
