@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -34,7 +35,8 @@ const freeRetries = 2
 type exchange struct {
 	start    time.Time
 	route    string
-	model    string
+	model    string // the metric label: a model the route declares (metricModel)
+	asked    string // the model the request named, for the log
 	server   string
 	endpoint string
 	status   int
@@ -73,13 +75,12 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		fail(http.StatusBadRequest, "invalid_request", perr.Param, perr.Message)
 		return
 	}
-	x.model = in.Model
-
 	snap := r.view.Snapshot()
 	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header, Serving: snap.Serving}, r.uniform)
 	if res.Route != nil {
 		x.route = res.Route.Namespace + "/" + res.Route.Name
 	}
+	x.asked, x.model = in.Model, metricModel(res.Route, in.Model)
 	switch {
 	case errors.Is(err, match.ErrNoRoute):
 		fail(http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("The model `%s` does not exist: no ModelRoute serves it.", in.Model))
@@ -307,6 +308,19 @@ func (r *Router) choose(server *view.Server, preq *pick.Request, tried map[strin
 	}
 }
 
+// metricModel is the model label of a request's series: a name its ModelRoute declares (the
+// route's model or one of its LoRA adapters), never a string only the client chose, so that
+// requests for models nothing serves (404) cannot create series without limit.
+func metricModel(route *networkingv1alpha1.ModelRoute, requested string) string {
+	if route == nil {
+		return ""
+	}
+	if requested == route.Spec.ModelName || slices.Contains(route.Spec.LoraAdapters, requested) {
+		return requested
+	}
+	return route.Spec.ModelName
+}
+
 // finish logs and counts a finished request.
 func (r *Router) finish(x *exchange) {
 	status := strconv.Itoa(x.status)
@@ -324,7 +338,7 @@ func (r *Router) finish(x *exchange) {
 }
 
 func logRequest(log logr.Logger, x *exchange) {
-	kv := []any{"status", x.status, "model", x.model, "route", x.route, "server", x.server, "endpoint", x.endpoint,
+	kv := []any{"status", x.status, "model", x.asked, "route", x.route, "server", x.server, "endpoint", x.endpoint,
 		"attempts", x.attempts, "duration", time.Since(x.start).Round(time.Microsecond).String()}
 	if x.reason != "" {
 		kv = append(kv, "reason", x.reason)
