@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
 	"github.com/berth-sh/berth/pkg/router/pick"
@@ -202,14 +203,24 @@ func (r *Router) Run(ctx context.Context) error {
 	viewCtx, stopView := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopView()
 	defer r.redis.Close()
+	var podsSeen map[string]bool // of the last snapshot; only the view's goroutine uses it
 	r.view.OnChange(func(s *view.Snapshot) {
 		urls := make(map[string]string, len(s.Endpoints))
+		pods := make(map[string]bool, len(s.Endpoints))
 		for addr, e := range s.Endpoints {
 			urls[addr] = e.URL()
+			pods[e.Pod] = true
 		}
 		r.scraper.Sync(viewCtx, urls)
 		r.picker.Forget(s.Endpoints)
 		r.metrics.endpoints.Set(float64(len(s.Endpoints)))
+		// A pod's series go with it, or /metrics grows with every pod that ever served.
+		for pod := range podsSeen {
+			if !pods[pod] {
+				r.metrics.picks.DeletePartialMatch(prometheus.Labels{"pod": pod})
+			}
+		}
+		podsSeen = pods
 	})
 	viewErr := make(chan error, 1)
 	go func() { viewErr <- r.view.Run(viewCtx) }()

@@ -461,6 +461,22 @@ spec:
 	assert.Zero(t, failed.Load(), "no request is lost to a deleted pod (seed %d)", seed)
 	assert.Zero(t, offeredGone.Load(), "a router offered a pod gone or terminating for over a second")
 	assert.Greater(t, sent.Load(), int64(50))
+
+	// Scaled back to 2 groups: the per-pod series of groups 2 and 3 leave /metrics with
+	// their pods (they would otherwise grow with every pod that ever served).
+	metrics := get(t, "http://"+routers[0].AdminAddr()+"/metrics")
+	require.True(t, strings.Contains(metrics, `pod="churn-2-`) || strings.Contains(metrics, `pod="churn-3-`),
+		"group 2 or 3 served requests before the scale-down")
+	ms := &workloadv1alpha1.ModelServing{}
+	require.NoError(t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "churn"}, ms))
+	two := int32(2)
+	ms.Spec.Replicas = &two
+	require.NoError(t, cl.Update(w.ctx, ms))
+	w.eventually("groups 2 and 3 leave the view and their series leave /metrics", 30*time.Second, func() bool {
+		m := get(t, "http://"+routers[0].AdminAddr()+"/metrics")
+		return len(w.readyPodsOf("churn")) == 2 && !strings.Contains(m, `pod="churn-2-`) && !strings.Contains(m, `pod="churn-3-`) &&
+			strings.Contains(m, `pod="churn-0-`)
+	})
 }
 
 func (w *world) podsOf(ms string) []string {
