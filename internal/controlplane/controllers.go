@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/controller-manager/pkg/informerfactory"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	"k8s.io/kubernetes/pkg/controller/deployment"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	"k8s.io/kubernetes/pkg/controller/namespace"
@@ -88,6 +89,9 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 	}
 	replicaSets := replicaset.NewReplicaSetController(ctx, typed.Apps().V1().ReplicaSets(),
 		typed.Core().V1().Pods(), kube, replicaset.BurstReplicas)
+	// Fills the aggregated ClusterRoles (admin, edit, view) from the roles that carry their
+	// aggregate-to labels, such as Berth's.
+	aggregation := clusterroleaggregation.NewClusterRoleAggregation(typed.Rbac().V1().ClusterRoles(), kube.RbacV1())
 
 	// Informers start after every controller asked for its own, as in kube-controller-manager.
 	typed.Start(ctx.Done())
@@ -100,6 +104,7 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 	run(func() { namespaces.Run(ctx, controllerWorkers) })
 	run(func() { deployments.Run(ctx, controllerWorkers) })
 	run(func() { replicaSets.Run(ctx, controllerWorkers) })
+	run(func() { aggregation.Run(ctx, 1) })
 	run(func() { <-ctx.Done(); typed.Shutdown(); untyped.Shutdown() })
 	return c, nil
 }

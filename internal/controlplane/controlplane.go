@@ -6,7 +6,8 @@
 // Beside the apiserver run the kube-controller-manager loops every cluster
 // has and Berth's users rely on: the garbage collector (owner references),
 // the namespace controller (deleting a namespace empties it), and the
-// Deployment and ReplicaSet controllers (a plain Deployment gets its pods).
+// Deployment and ReplicaSet controllers (a plain Deployment gets its pods), and
+// the ClusterRole aggregation controller (edit and view include Berth's kinds).
 // There is no scheduler and no kubelet: the caller runs those (berth-scheduler,
 // the simulated kubelet) when it needs them.
 //
@@ -47,7 +48,7 @@ type Options struct {
 	APIServerFlags []string
 
 	// NoControllers runs the apiserver alone, without the garbage collector,
-	// namespace, Deployment and ReplicaSet controllers: for scheduler
+	// namespace, Deployment, ReplicaSet and aggregation controllers: for scheduler
 	// benchmarks that, like kube-scheduler's scheduler_perf, measure the
 	// scheduler against nothing else.
 	NoControllers bool

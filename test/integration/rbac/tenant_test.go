@@ -148,3 +148,65 @@ func short(s string) string {
 	}
 	return s
 }
+
+// Namespace users work with Berth's kinds through Kubernetes' own roles: a RoleBinding to
+// edit lets a team create ModelServings and ModelRoutes in its namespace (berth-edit
+// aggregates into edit and admin), one to view lets it read them but not write, and neither
+// reaches another namespace.
+func TestNamespaceUsersGetBerthKindsThroughEditAndView(t *testing.T) {
+	s := sharedSystem(t)
+	ctx := context.Background()
+	for _, ns := range []string{"team", "other-team"} {
+		_, err := s.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	as := map[string]client.Client{}
+	for _, role := range []string{"edit", "view"} {
+		token := serviceAccountToken(t, s.kube, "team", role+"er")
+		_, err := s.kube.RbacV1().RoleBindings("team").Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: role + "er"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "team", Name: role + "er"}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		cfg := rest.AnonymousClientConfig(cp.RESTConfig())
+		cfg.BearerToken = token
+		as[role], err = client.New(cfg, client.Options{Scheme: controller.Scheme()})
+		require.NoError(t, err)
+	}
+	objects := func(ns, suffix string) []client.Object {
+		ms := &workloadv1alpha1.ModelServing{}
+		require.NoError(t, yaml.UnmarshalStrict([]byte(servingManifest), ms))
+		ms.Namespace, ms.Name = ns, "team-llm"+suffix
+		mr := &networkingv1alpha1.ModelRoute{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "team-route" + suffix},
+			Spec: networkingv1alpha1.ModelRouteSpec{ModelName: "team-model", Rules: []networkingv1alpha1.Rule{{
+				TargetModels: []networkingv1alpha1.TargetModel{{ModelServerName: "team-server"}}}}}}
+		return []client.Object{ms, mr}
+	}
+	// The aggregation controller fills edit from berth-edit shortly after install: poll.
+	for _, obj := range objects("team", "") {
+		var err error
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if err = as["edit"].Create(ctx, obj); err == nil || !apierrors.IsForbidden(err) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		require.NoError(t, err, "an editor of namespace team creates %T", obj)
+	}
+	for _, obj := range objects("other-team", "") {
+		err := as["edit"].Create(ctx, obj)
+		assert.True(t, apierrors.IsForbidden(err), "an editor of team created %T in other-team: %v", obj, err)
+	}
+	var msList workloadv1alpha1.ModelServingList
+	require.NoError(t, as["view"].List(ctx, &msList, client.InNamespace("team")), "a viewer of team lists ModelServings")
+	assert.Len(t, msList.Items, 1)
+	var mrList networkingv1alpha1.ModelRouteList
+	require.NoError(t, as["view"].List(ctx, &mrList, client.InNamespace("team")), "a viewer of team lists ModelRoutes")
+	assert.Len(t, mrList.Items, 1)
+	for _, obj := range objects("team", "-2") {
+		err := as["view"].Create(ctx, obj)
+		assert.True(t, apierrors.IsForbidden(err), "a viewer of team created %T: %v", obj, err)
+	}
+}
