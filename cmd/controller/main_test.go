@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"os/exec"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/berth-sh/berth/internal/flagdoc"
 	"github.com/berth-sh/berth/pkg/version"
 )
 
@@ -27,4 +29,13 @@ func TestVersionFlag(t *testing.T) {
 	out, err := cmd.Output()
 	require.NoError(t, err, "output: %s", out)
 	assert.Equal(t, "berth-controller "+version.Get().String()+"\n", string(out))
+}
+
+var updateDocs = flag.Bool("update-docs", false, "write the flag tables into docs/flags.md")
+
+// docs/flags.md lists berth-controller's flags as the code defines them.
+func TestFlagsDoc(t *testing.T) {
+	fs := flag.NewFlagSet("berth-controller", flag.ContinueOnError)
+	bindFlags(fs)
+	require.NoError(t, flagdoc.Check("../../docs/flags.md", "berth-controller", flagdoc.Markdown(fs), *updateDocs))
 }
