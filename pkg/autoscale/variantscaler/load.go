@@ -21,6 +21,8 @@ const (
 	metricTTFT       = "vllm:time_to_first_token_seconds"
 	metricITL        = "vllm:inter_token_latency_seconds"
 	metricITLLegacy  = "vllm:time_per_output_token_seconds"
+	metricRunning    = "vllm:num_requests_running"
+	metricWaiting    = "vllm:num_requests_waiting"
 )
 
 // load is a variant's traffic and measured latencies over the last interval.
@@ -44,7 +46,7 @@ func (e errNoReading) Error() string { return e.msg }
 // rate yet; the total is scaled from the pods that have one, so one new pod does not make
 // the load look smaller than it is.
 func readLoad(ctx context.Context, r *podmetrics.Reader, pods []podmetrics.Pod, ep podmetrics.Endpoint, now time.Time) (load, error) {
-	names := []string{metricRequests, metricPrompt, metricGeneration, metricTTFT, metricITL, metricITLLegacy}
+	names := []string{metricRequests, metricPrompt, metricGeneration, metricTTFT, metricITL, metricITLLegacy, metricRunning, metricWaiting}
 	res := r.Read(ctx, pods, ep, names, now)
 	var l load
 	l.Ready = res.Answered
@@ -67,6 +69,12 @@ func readLoad(ctx context.Context, r *podmetrics.Reader, pods []podmetrics.Pod, 
 		return l, errNoReading{"no pod has a request rate yet (the first read of a counter has none)"}
 	}
 	l.Pods = req.Reported
+	if inFlight := res.Samples[metricRunning].Sum + res.Samples[metricWaiting].Sum; req.Sum == 0 && inFlight > 0 {
+		// Requests are running or queued but none finished since the last read (long
+		// generations, a stalled engine): that is not "no load", and sizing on it would
+		// take the variant down to one replica under load.
+		return l, errNoReading{fmt.Sprintf("%.0f requests are in flight but none completed since the last read", inFlight)}
+	}
 	scale := float64(req.Reported+req.Missing) / float64(req.Reported)
 	perSecond := req.Sum * scale
 	l.RatePerMinute = perSecond * 60

@@ -118,6 +118,17 @@ func TestVariantAutoscalingScalesItsModelServing(t *testing.T) {
 	// replica serves within slo-tpot 10 ms and slo-ttft 300 ms at a batch of 4.
 	l := w.startLoad("llama-variant", 16, 100)
 	w.eventually("scaled up under load", 40*time.Second, func() bool { return log.last() >= 3 })
+	// The status of a run that read the load (a run whose interval saw requests in flight
+	// but none finish waits for metrics instead of reporting no load).
+	w.eventually("the status reports the load", 20*time.Second, func() bool {
+		va := w.variant("llama-variant")
+		s, reason, _ := readyOf(va)
+		if s != "True" || reason != "Optimized" || va.Status.CurrentAlloc == nil {
+			return false
+		}
+		rate, err := strconv.ParseFloat(va.Status.CurrentAlloc.Load.ArrivalRate, 64)
+		return err == nil && rate > 0
+	})
 	va := w.variant("llama-variant")
 	s, reason, msg := readyOf(va)
 	assert.Equal(t, "True", s, msg)
