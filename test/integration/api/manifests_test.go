@@ -48,7 +48,7 @@ func TestInstallManifestsApply(t *testing.T) {
 	assert.Equal(t, 11, kinds["CustomResourceDefinition"], "Berth's six CRDs, llm-d's VariantAutoscaling, llmaz's four kinds")
 	assert.Equal(t, 3, kinds["Deployment"], "berth-scheduler, berth-controller and berth-router")
 	assert.Equal(t, 1, kinds["ConfigMap"], "the scheduler's configuration")
-	assert.Equal(t, 4, kinds["ClusterRole"], "one per component and berth-metrics-reader")
+	assert.Equal(t, 6, kinds["ClusterRole"], "one per component, berth-metrics-reader, berth-edit and berth-view")
 	assert.Equal(t, 1, kinds["Service"], "the router's")
 
 	// Least privilege in the pods, as shipped: every Deployment runs two replicas as a
