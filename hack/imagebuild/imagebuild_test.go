@@ -34,7 +34,8 @@ const root = "../.."
 // binaries is the slow part (a few minutes with a cold build cache); -short skips it.
 func TestImages(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: builds the three binaries")
+		// make test (and so CI) never passes -short: there this test always runs.
+		t.Skip("-short: builds the three binaries (make test runs it)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -162,7 +163,8 @@ func checkImage(t *testing.T, b Binary, w Built, stamp Stamp) {
 	assert.Equal(t, "true", settings["-trimpath"])
 	assert.Equal(t, "linux", settings["GOOS"])
 	if runtime.GOOS != "linux" {
-		t.Skipf("the images' binaries run on linux, this is %s", runtime.GOOS)
+		// CI runs on linux, where the binaries are run; elsewhere only their build info is checked.
+		t.Skipf("the images' binaries run on linux, this is %s (CI, on linux, runs them)", runtime.GOOS)
 	}
 	cmd := exec.Command(path, "--version")
 	cmd.Dir = dir
@@ -226,9 +228,9 @@ func sha256File(t *testing.T, path string) string {
 // The Makefile's binaries (make binaries, which the Dockerfile runs) are linked with the
 // same flags as the images' binaries.
 func TestMakefileStampsAlike(t *testing.T) {
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("no make")
-	}
+	// make is required: make test, which CI runs, is a make target.
+	_, err := exec.LookPath("make")
+	require.NoError(t, err, "make test needs make")
 	out, err := exec.Command("make", "-C", root, "-s", "-n", "--no-print-directory", "bin/berth-router",
 		"GIT_COMMIT=0123456789abcdef", "SOURCE_DATE_EPOCH=1700000000").CombinedOutput()
 	require.NoError(t, err, "%s", out)

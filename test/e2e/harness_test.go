@@ -120,11 +120,13 @@ type env struct {
 // creates the test's namespace.
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	// In `make test` TestMain starts the sandbox and sets both variables before any test
+	// runs, so neither check can skip there (runOnSandbox fails the run if it cannot).
 	if os.Getenv(enableEnv) != "1" {
-		t.Skipf("end-to-end test against a real cluster: set %s=1 and KUBECONFIG to run it (see docs/kind.md)", enableEnv)
+		t.Fatalf("end-to-end test without %s=1: run it through TestMain (the sandbox) or set %s=1 and KUBECONFIG (docs/kind.md)", enableEnv, enableEnv)
 	}
 	if os.Getenv("KUBECONFIG") == "" {
-		t.Skipf("end-to-end test: %s=1 but KUBECONFIG is not set; point it at a throwaway cluster with Berth installed (docs/kind.md)", enableEnv)
+		t.Fatalf("end-to-end test: %s=1 but KUBECONFIG is not set; point it at a throwaway cluster with Berth installed (docs/kind.md)", enableEnv)
 	}
 	setupOnce.Do(func() { setupErr = setup(t) })
 	require.NoError(t, setupErr, "end-to-end setup")
@@ -397,6 +399,11 @@ func (e *env) workers(n int) []string {
 	for _, node := range nodes.Items {
 		_, faked := node.Annotations[fakeGPUAnnotation]
 		if q, ok := node.Status.Capacity[gpu]; ok && !q.IsZero() && !faked {
+			// Only on a real cluster the user pointed the suite at: the sandbox's workers
+			// (make test) have no GPUs until the suite fakes them, so this never skips in CI.
+			if onSandbox {
+				e.t.Fatalf("sandbox node %s reports a %s capacity the suite did not fake", node.Name, gpu)
+			}
 			e.t.Skipf("node %s reports a real %s capacity; this suite fakes GPUs and expects a cluster without them (kind)", node.Name, gpu)
 		}
 		if schedulableWorker(&node) {
@@ -405,6 +412,10 @@ func (e *env) workers(n int) []string {
 	}
 	sort.Strings(out)
 	if len(out) < n {
+		// The sandbox (make test) starts sandboxWorkers plain workers, enough for every test.
+		if onSandbox {
+			e.t.Fatalf("the sandbox has %d schedulable workers, the test needs %d", len(out), n)
+		}
 		e.t.Skipf("needs %d schedulable worker nodes, the cluster has %d (docs/kind.md creates 4)", n, len(out))
 	}
 	return out[:n]
