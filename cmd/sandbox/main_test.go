@@ -1,30 +1,18 @@
 package main
 
 import (
-	"os"
-	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
+	"github.com/berth-sh/berth/internal/cmdtest"
 	"github.com/berth-sh/berth/pkg/version"
 )
 
-// With BERTH_TEST_MAIN set, this test binary is the command: it runs main with its arguments.
-func TestMain(m *testing.M) {
-	if os.Getenv("BERTH_TEST_MAIN") != "" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+// The test binary is also the command (cmdtest.Output starts it so).
+func TestMain(m *testing.M) { cmdtest.MainOrTests(m, main) }
 
 // --version prints the version and exits 0, before anything needs a cluster.
 func TestVersionFlag(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "--version")
-	cmd.Env = append(os.Environ(), "BERTH_TEST_MAIN=1", "KUBECONFIG=/nonexistent")
-	out, err := cmd.Output()
-	require.NoError(t, err, "output: %s", out)
-	assert.Equal(t, "berth-sandbox "+version.Get().String()+"\n", string(out))
+	assert.Equal(t, "berth-sandbox "+version.Get().String()+"\n", cmdtest.Output(t, "--version"))
 }

@@ -99,11 +99,7 @@ func Start(cp *controlplane.ControlPlane, o Options) (*System, error) {
 		return nil, err
 	}
 	cptest.BeforeStop(sys.Stop)
-	go func() {
-		if err, ok := <-sys.Failed(); ok {
-			panic(fmt.Sprintf("systemtest: %v", err))
-		}
-	}()
+	go func() { panic(fmt.Sprintf("systemtest: %v", <-sys.Failed())) }()
 	s.Engines, s.Routers = sys.Engines, sys.Routers
 	return s, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -111,7 +112,7 @@ func TestForeignObjectsAreLeftAlone(t *testing.T) {
 		violations = append(violations, fmt.Sprintf(format, args...))
 	}
 	isForeign := func(name string) bool { mu.Lock(); defer mu.Unlock(); return foreign[name] }
-	watchDone := watchAll(t, ctx, cl, kube, ns, isForeign, violate)
+	watchAll(t, ctx, cl, kube, ns, isForeign, violate)
 
 	// The workload: ModelServings arrive during the run, each for berth-scheduler, for
 	// Volcano (Kthena's default) or for the default scheduler, some of the foreign ones
@@ -183,7 +184,7 @@ func TestForeignObjectsAreLeftAlone(t *testing.T) {
 		assert.Empty(t, ms.Finalizers, "%s: finalizers", name)
 		for _, list := range []client.ObjectList{&corev1.PodList{}, &corev1.ServiceList{}, &volcanov1beta1.PodGroupList{}} {
 			require.NoError(t, cl.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: name}))
-			assert.Zero(t, meta(list), "%s: Berth created %T for it", name, list)
+			assert.Zero(t, meta.LenList(list), "%s: Berth created %T for it", name, list)
 		}
 	}
 	for name := range optedIn {
@@ -204,22 +205,20 @@ func TestForeignObjectsAreLeftAlone(t *testing.T) {
 	events, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	for _, e := range events.Items {
-		if e.Regarding.Name == "route-kthena" || isForeign(e.Regarding.Name) || isForeign(ownerOfPod(e.Regarding.Name)) {
+		if e.Regarding.Name == "route-kthena" || isForeign(e.Regarding.Name) || isForeign(ownerOfGroup(e.Regarding.Name)) {
 			violate("event %s %s on %s %s: %s", e.Reason, e.Action, e.Regarding.Kind, e.Regarding.Name, e.Note)
 		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Empty(t, violations, "seed %d", s)
-	_ = watchDone
 }
 
 // watchAll watches ModelServings, pods and PodGroups of ns until ctx ends and reports every
 // write to a foreign ModelServing by a manager other than its creator and the foreign
 // controller, and any pod or PodGroup of a foreign one.
-func watchAll(t *testing.T, ctx context.Context, cl client.WithWatch, kube kubernetes.Interface, ns string, isForeign func(string) bool, violate func(string, ...any)) <-chan struct{} {
+func watchAll(t *testing.T, ctx context.Context, cl client.WithWatch, kube kubernetes.Interface, ns string, isForeign func(string) bool, violate func(string, ...any)) {
 	t.Helper()
-	done := make(chan struct{})
 	msW, err := cl.Watch(ctx, &workloadv1alpha1.ModelServingList{}, client.InNamespace(ns))
 	require.NoError(t, err)
 	podW, err := kube.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
@@ -228,7 +227,6 @@ func watchAll(t *testing.T, ctx context.Context, cl client.WithWatch, kube kuber
 	require.NoError(t, err)
 	t.Cleanup(func() { msW.Stop(); podW.Stop(); pgW.Stop() })
 	go func() {
-		defer close(done)
 		for {
 			select {
 			case <-ctx.Done():
@@ -266,7 +264,6 @@ func watchAll(t *testing.T, ctx context.Context, cl client.WithWatch, kube kuber
 			}
 		}
 	}()
-	return done
 }
 
 // foreignController writes every foreign ModelServing's status as Kthena's controller does
@@ -326,7 +323,7 @@ func conditionReason(cs []metav1.Condition, typ string) string {
 	return ""
 }
 
-// ownerOfGroup is the ModelServing of ServingGroup "<ms>-<i>"; ownerOfPod that of pod
+// ownerOfGroup is the ModelServing of ServingGroup "<ms>-<i>" and of its pods
 // "<ms>-<i>-<role>-<j>-<k>" (names in this test have no other dashes than "ms-<n>").
 func ownerOfGroup(group string) string {
 	parts := strings.Split(group, "-")
@@ -335,8 +332,6 @@ func ownerOfGroup(group string) string {
 	}
 	return strings.Join(parts[:2], "-")
 }
-
-func ownerOfPod(pod string) string { return ownerOfGroup(pod) }
 
 func mergeSets(a, b map[string]bool) map[string]bool {
 	out := map[string]bool{}
@@ -356,16 +351,4 @@ func keys(m map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func meta(list client.ObjectList) int {
-	switch l := list.(type) {
-	case *corev1.PodList:
-		return len(l.Items)
-	case *corev1.ServiceList:
-		return len(l.Items)
-	case *volcanov1beta1.PodGroupList:
-		return len(l.Items)
-	}
-	return -1
 }
