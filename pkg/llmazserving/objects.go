@@ -154,6 +154,19 @@ func ModelPath(m *coreapi.OpenModel, skipLoader bool) string {
 	return containerModelPath + "models--" + last
 }
 
+// ModelName is what `{{ .ModelName }}` renders to, the name the engine serves the model
+// by: the OpenModel's name, except for an ollama:// model, whose name is Ollama's own (the
+// URI's address, e.g. qwen2:0.5b for ollama://qwen2:0.5b), the name Ollama pulls and serves,
+// as llmaz renders it.
+func ModelName(m *coreapi.OpenModel) string {
+	if u := m.Spec.Source.URI; u != nil {
+		if protocol, address, ok := strings.Cut(string(*u), "://"); ok && strings.EqualFold(protocol, "ollama") {
+			return address
+		}
+	}
+	return m.Name
+}
+
 var templateVar = regexp.MustCompile(`\{\{\s*\.(\w+)\s*\}\}`)
 
 // RenderArgs fills llmaz's `{{ .Name }}` placeholders; an unknown or empty one is an error
@@ -184,10 +197,10 @@ func RenderArgs(args []string, vars map[string]string) ([]string, error) {
 // version, the merged envs and resources, /dev/shm, probes and lifecycle.
 func BuildService(pg *inferenceapi.Playground, m *Models, br *inferenceapi.BackendRuntime, cfg *inferenceapi.RecommendedConfig) (*inferenceapi.Service, error) {
 	skip := pg.Annotations[SkipModelLoaderAnnotation] == "true"
-	vars := map[string]string{"ModelPath": ModelPath(m.Main, skip), "ModelName": m.Main.Name}
+	vars := map[string]string{"ModelPath": ModelPath(m.Main, skip), "ModelName": ModelName(m.Main)}
 	if m.Draft != nil {
 		vars["DraftModelPath"] = ModelPath(m.Draft, skip)
-		vars["DraftModelName"] = m.Draft.Name
+		vars["DraftModelName"] = ModelName(m.Draft)
 	}
 	args, err := RenderArgs(cfg.Args, vars)
 	if err != nil {
@@ -578,7 +591,8 @@ func EngineOf(backend string) networkingv1alpha1.InferenceEngine {
 }
 
 // BuildModelServer is the ModelServer of a Playground: its ModelServing's entry pods (the
-// pods that serve the API) on the engine's port, serving the main model's name.
+// pods that serve the API) on the engine's port, serving model, the name the engine serves
+// (ModelName; berth-router rewrites a request's model to it).
 func BuildModelServer(pg *inferenceapi.Playground, model string, engine networkingv1alpha1.InferenceEngine, port int32) *networkingv1alpha1.ModelServer {
 	return &networkingv1alpha1.ModelServer{
 		ObjectMeta: metav1.ObjectMeta{Name: pg.Name, Namespace: pg.Namespace, Labels: scope.Inherit(pg, map[string]string{PlaygroundLabel: pg.Name})},

@@ -52,6 +52,25 @@ func TestModelPath(t *testing.T) {
 	}
 }
 
+// {{ .ModelName }} is the OpenModel's name, except for ollama:// models: Ollama's own name,
+// which the engine pulls and serves (llmaz's URIProvider.ModelName), and which the
+// Playground's ModelServer then serves.
+func TestModelName(t *testing.T) {
+	assert.Equal(t, "opt", ModelName(hubModel("opt", "facebook/opt-125m")))
+	assert.Equal(t, "q", ModelName(uriModel("q", "s3://bucket/models/qwen3")))
+	assert.Equal(t, "qwen2:0.5b", ModelName(uriModel("qwen2-0--5b", "ollama://qwen2:0.5b")))
+
+	br := &inferenceapi.BackendRuntime{ObjectMeta: metav1.ObjectMeta{Name: "ollama"}, Spec: inferenceapi.BackendRuntimeSpec{
+		Image: "ollama/ollama", Version: "0.6.8", Command: []string{"/bin/sh", "-c"},
+		RecommendedConfigs: []inferenceapi.RecommendedConfig{{Name: "default", Args: []string{"ollama pull {{ .ModelName }}"}}},
+	}}
+	pg := &inferenceapi.Playground{ObjectMeta: metav1.ObjectMeta{Name: "pg", Namespace: "ns"}}
+	m := &Models{Main: uriModel("qwen2-0--5b", "ollama://qwen2:0.5b"), Claims: []coreapi.ModelRef{{Name: "qwen2-0--5b"}}}
+	svc, err := BuildService(pg, m, br, &br.Spec.RecommendedConfigs[0])
+	require.NoError(t, err)
+	assert.Equal(t, []string{"ollama pull qwen2:0.5b"}, svc.Spec.WorkloadTemplate.WorkerTemplate.Spec.Containers[0].Args)
+}
+
 func TestRenderArgs(t *testing.T) {
 	vars := map[string]string{"ModelPath": "/workspace/models/m", "ModelName": "m"}
 	got, err := RenderArgs([]string{"--model", "{{ .ModelPath }}", "--served-model-name={{.ModelName}}", "--port", "8080"}, vars)

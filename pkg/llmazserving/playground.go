@@ -165,7 +165,7 @@ func (r *PlaygroundReconciler) sync(ctx context.Context, pg *inferenceapi.Playgr
 		return nil, err
 	}
 	svc := live.(*inferenceapi.Service)
-	if _, err := ensureOwned(ctx, r.Client, r.Recorder, pg, BuildModelServer(pg, m.Main.Name, EngineOf(backend), Port(want))); err != nil {
+	if _, err := ensureOwned(ctx, r.Client, r.Recorder, pg, BuildModelServer(pg, ModelName(m.Main), EngineOf(backend), Port(want))); err != nil {
 		return nil, err
 	}
 	var loras []string
