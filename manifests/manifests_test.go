@@ -3,6 +3,8 @@ package manifests_test
 
 import (
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,6 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	inferenceapi "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
 )
 
 // Every image the shipped manifests name is one of Berth's, tagged with the release in the
@@ -57,4 +62,47 @@ func podImages(obj map[string]any) []string {
 		}
 	}
 	return out
+}
+
+// The llmaz BackendRuntimes component (components/llmaz-backendruntimes): a kustomize
+// Component listing one plain YAML file per default runtime, each a single BackendRuntime
+// named after its file, every field one the API has (read strictly), and an image version
+// that is a release, never latest. The Helm chart copies these files as they are;
+// test/integration/llmaz installs them and serves a Playground of each.
+func TestLLMazBackendRuntimesComponent(t *testing.T) {
+	dir := filepath.Join("components", "llmaz-backendruntimes")
+	var k struct {
+		APIVersion string   `json:"apiVersion"`
+		Kind       string   `json:"kind"`
+		Resources  []string `json:"resources"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(raw, &k))
+	assert.Equal(t, "kustomize.config.k8s.io/v1alpha1", k.APIVersion)
+	assert.Equal(t, "Component", k.Kind)
+	assert.ElementsMatch(t, []string{"vllm.yaml", "sglang.yaml", "llamacpp.yaml", "tgi.yaml", "ollama.yaml"}, k.Resources)
+
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if e.Name() != "kustomization.yaml" {
+			assert.True(t, slices.Contains(k.Resources, e.Name()), "%s is listed in the kustomization", e.Name())
+		}
+	}
+	for _, file := range k.Resources {
+		raw, err := os.ReadFile(filepath.Join(dir, file))
+		require.NoError(t, err)
+		assert.NotContains(t, "\n"+string(raw), "\n---", "%s: one object", file)
+		var br inferenceapi.BackendRuntime
+		require.NoError(t, yaml.UnmarshalStrict(raw, &br), file)
+		assert.Equal(t, "inference.llmaz.io/v1alpha1", br.APIVersion, file)
+		assert.Equal(t, "BackendRuntime", br.Kind, file)
+		assert.Equal(t, strings.TrimSuffix(file, ".yaml"), br.Name, "%s is named after its file", file)
+		assert.Empty(t, br.Namespace, "%s: BackendRuntimes are cluster-scoped", file)
+		assert.NotEmpty(t, br.Spec.Image, file)
+		assert.NotContains(t, []string{"", "latest"}, br.Spec.Version, "%s: a released version", file)
+		assert.True(t, slices.ContainsFunc(br.Spec.RecommendedConfigs, func(c inferenceapi.RecommendedConfig) bool { return c.Name == "default" }),
+			"%s: a \"default\" config, the one a Playground without configName uses", file)
+	}
 }

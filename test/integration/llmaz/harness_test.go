@@ -136,15 +136,19 @@ func condition(conds []metav1.Condition, typ string) (string, string, string) {
 	return string(c.Status), c.Reason, c.Message
 }
 
-// waitAvailable waits for the Playground's Available condition.
+// waitPlaygroundAvailable waits for the Playground's Available condition; on a timeout it
+// says what the condition last was.
 func (w *world) waitPlaygroundAvailable(name string) *inferenceapi.Playground {
 	w.t.Helper()
 	var pg *inferenceapi.Playground
-	w.eventually("Playground "+name+" Available", func() bool {
+	var last string
+	err := wait.PollUntilContextTimeout(w.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
 		pg = w.playground(name)
-		s, _, _ := condition(pg.Status.Conditions, "Available")
-		return s == "True"
+		s, reason, msg := condition(pg.Status.Conditions, "Available")
+		last = fmt.Sprintf("%s %s: %s", s, reason, msg)
+		return s == "True", nil
 	})
+	require.NoError(w.t, err, "timed out after %s waiting until Playground %s Available; Available is %s", waitTimeout, name, last)
 	return pg
 }
 
