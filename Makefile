@@ -3,7 +3,10 @@ SHELL := /bin/bash
 GO ?= go
 CONTROLLER_GEN := $(GO) tool controller-gen
 # Generated files: make test fails when these differ from what the generators produce.
-GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manifests/crds -name '*.yaml') $(RBAC_GENERATED)
+GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manifests/crds -name '*.yaml') $(RBAC_GENERATED) $(CHART_FILES)
+# What the Helm chart carries from manifests/ (charts/berth/files/), copied by make manifests
+# so that the chart and the kustomize base install the same CRDs, RBAC and BackendRuntimes.
+CHART_FILES = $(shell find charts/berth/files -type f 2>/dev/null)
 # berth-controller's ClusterRole and leader-election Role, from the +kubebuilder:rbac markers
 # in pkg/ (every such marker is berth-controller's; the scheduler's and router's RBAC is
 # hand-written in manifests/scheduler and manifests/router).
@@ -21,7 +24,7 @@ VERSION_PKG := github.com/berth-sh/berth/pkg/version
 VERSION_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).GitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 BINARIES := scheduler controller router sandbox
 
-.PHONY: all build binaries images run generate manifests verify-generated vet test test-deps test-unit test-integration clean FORCE
+.PHONY: all build binaries images run generate manifests chart-files verify-generated vet test test-deps test-unit test-integration clean FORCE
 
 all: build
 
@@ -64,12 +67,32 @@ manifests:
 	rm -rf manifests/crds/scheduler-plugins
 	$(CONTROLLER_GEN) crd paths=sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1 output:crd:dir=manifests/crds/scheduler-plugins
 	rm -f manifests/crds/scheduler-plugins/scheduling.x-k8s.io_elasticquotas.yaml
+	$(MAKE) --no-print-directory chart-files
+
+## chart-files: copy into charts/berth/files/ what the chart shares with the kustomize base
+## (part of make manifests; never edit charts/berth/files/ by hand)
+CHART := charts/berth/files
+chart-files:
+	rm -rf $(CHART) && mkdir -p $(CHART)/crds/kthena $(CHART)/crds/llmaz $(CHART)/crds/llmd $(CHART)/crds/volcano $(CHART)/crds/scheduler-plugins $(CHART)/rbac $(CHART)/llmaz-backendruntimes
+	cp manifests/crds/workload.serving.volcano.sh_*.yaml manifests/crds/networking.serving.volcano.sh_*.yaml $(CHART)/crds/kthena/
+	cp manifests/crds/inference.llmaz.io_*.yaml manifests/crds/llmaz.io_*.yaml $(CHART)/crds/llmaz/
+	cp manifests/crds/llmd.ai_*.yaml $(CHART)/crds/llmd/
+	cp manifests/crds/volcano/*.yaml $(CHART)/crds/volcano/
+	cp manifests/crds/scheduler-plugins/*.yaml $(CHART)/crds/scheduler-plugins/
+	cp manifests/scheduler/rbac.yaml $(CHART)/rbac/scheduler.yaml
+	cp manifests/controller/rbac.yaml $(CHART)/rbac/controller.yaml
+	cp manifests/controller/role.yaml $(CHART)/rbac/controller-role.yaml
+	cp manifests/router/rbac.yaml $(CHART)/rbac/router.yaml
+	cp manifests/metrics-reader.yaml $(CHART)/rbac/metrics-reader.yaml
+	cp manifests/aggregate-roles.yaml $(CHART)/rbac/aggregate-roles.yaml
+	if [ -d manifests/components/llmaz-backendruntimes ]; then find manifests/components/llmaz-backendruntimes -name '*.yaml' ! -name kustomization.yaml -exec cp {} $(CHART)/llmaz-backendruntimes/ \; ; fi
+	if [ -f manifests/observability/berth-dashboard.json ]; then cp manifests/observability/berth-dashboard.json $(CHART)/; fi
 
 ## verify-generated: fail when a generated file is stale (regenerates, then compares checksums)
 verify-generated:
 	@before=$$(sha256sum $(GENERATED) | sort); \
 	$(MAKE) --no-print-directory -s generate manifests >/dev/null; \
-	after=$$(sha256sum $$(find pkg/apis -name 'zz_generated.*.go') $$(find manifests/crds -name '*.yaml') $(RBAC_GENERATED) | sort); \
+	after=$$(sha256sum $$(find pkg/apis -name 'zz_generated.*.go') $$(find manifests/crds -name '*.yaml') $(RBAC_GENERATED) $$(find charts/berth/files -type f) | sort); \
 	if [ "$$before" != "$$after" ]; then \
 	  echo "generated files are stale; run 'make generate manifests' and commit the result:"; \
 	  diff <(echo "$$before") <(echo "$$after") | awk '/^[<>]/ {print "  " $$3}' | sort -u; exit 1; fi

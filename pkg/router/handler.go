@@ -150,7 +150,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 }
 
 func (r *Router) limiterFor(rl *networkingv1alpha1.RateLimit) ratelimit.Limiter {
-	if addr := ratelimit.RedisAddress(rl); addr != "" {
+	if addr := ratelimit.RedisAddress(rl, r.opts.RedisAddr); addr != "" {
 		if l, err := r.redis.Limiter(addr); err == nil {
 			return l
 		} else {

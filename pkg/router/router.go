@@ -65,6 +65,10 @@ type Options struct {
 	Scorers string
 	// PrefixBlocks bounds the prefix-affinity index.
 	PrefixBlocks int
+	// RedisAddr is the Redis (host:port) behind the global rate limits of ModelRoutes whose
+	// rateLimit.global names none: one Redis per installation, set once by the operator,
+	// rather than in every route. A route's own address wins.
+	RedisAddr string
 	// UpstreamTLS is used for ModelServers whose workloadPort protocol is https.
 	UpstreamTLS *tls.Config
 }

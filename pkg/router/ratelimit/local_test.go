@@ -46,11 +46,21 @@ func TestLimitsFrom(t *testing.T) {
 			}
 		})
 	}
-	if a := RedisAddress(&v1alpha1.RateLimit{Global: &v1alpha1.GlobalRateLimit{Redis: &v1alpha1.RedisConfig{Address: "r:6379"}}}); a != "r:6379" {
+	own := &v1alpha1.RateLimit{Global: &v1alpha1.GlobalRateLimit{Redis: &v1alpha1.RedisConfig{Address: "r:6379"}}}
+	if a := RedisAddress(own, ""); a != "r:6379" {
 		t.Errorf("RedisAddress = %q", a)
 	}
-	if a := RedisAddress(&v1alpha1.RateLimit{Global: &v1alpha1.GlobalRateLimit{}}); a != "" {
+	if a := RedisAddress(own, "default:6379"); a != "r:6379" {
+		t.Errorf("RedisAddress with a router default = %q, want the route's own", a)
+	}
+	if a := RedisAddress(&v1alpha1.RateLimit{Global: &v1alpha1.GlobalRateLimit{}}, ""); a != "" {
 		t.Errorf("RedisAddress without redis = %q", a)
+	}
+	if a := RedisAddress(&v1alpha1.RateLimit{Global: &v1alpha1.GlobalRateLimit{}}, "default:6379"); a != "default:6379" {
+		t.Errorf("RedisAddress without redis, router default = %q", a)
+	}
+	if a := RedisAddress(&v1alpha1.RateLimit{}, "default:6379"); a != "" {
+		t.Errorf("RedisAddress of a local limit = %q, want local even with a router default", a)
 	}
 }
 

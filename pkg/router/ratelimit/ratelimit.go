@@ -110,11 +110,14 @@ func LimitsFrom(rl *v1alpha1.RateLimit) (Limits, error) {
 	return l, nil
 }
 
-// RedisAddress returns the Redis address of a global rate limit, or "" when
-// the limit is local to one router process.
-func RedisAddress(rl *v1alpha1.RateLimit) string {
-	if rl == nil || rl.Global == nil || rl.Global.Redis == nil {
+// RedisAddress returns the Redis address of a global rate limit: the route's own, else
+// fallback (the router's --redis-addr). "" means the limit is local to one router process.
+func RedisAddress(rl *v1alpha1.RateLimit, fallback string) string {
+	switch {
+	case rl == nil || rl.Global == nil:
 		return ""
+	case rl.Global.Redis == nil || rl.Global.Redis.Address == "":
+		return fallback
 	}
 	return rl.Global.Redis.Address
 }

@@ -72,6 +72,8 @@ func startSystem(t *testing.T) {
 				},
 			},
 			Routers: len(routers),
+			// The installation's Redis (--redis-addr), for routes whose global limit names none.
+			Router: func(_ int, o *router.Options) { o.RedisAddr = redisAddr },
 		})
 		require.NoError(t, err)
 		system, kube, cl, engines = sys, sys.Kube, sys.Client, sys.Engines

@@ -188,8 +188,9 @@ func checkPair(t *testing.T, ns string, resp *http.Response) {
 	_ = ns
 }
 
-// Two router replicas share one global token budget through Redis; a local output limit
-// is charged from the response's usage and refuses the next request with Retry-After.
+// Two router replicas share one global token budget through Redis (the route's own, or the
+// routers' --redis-addr when the route names none); a local output limit is charged from
+// the response's usage and refuses the next request with Retry-After.
 func TestRateLimits(t *testing.T) {
 	w := newWorld(t, 1)
 	w.servedPods("limited", 1, "", nil)
@@ -206,6 +207,14 @@ spec:
 `, redisAddr), `
 apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelRoute
+metadata: {name: global-default}
+spec:
+  modelName: global-default-limited
+  rules: [{targetModels: [{modelServerName: limited}]}]
+  rateLimit: {inputTokensPerUnit: 100, unit: hour, global: {}}
+`, `
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
 metadata: {name: output}
 spec:
   modelName: output-limited
@@ -214,26 +223,27 @@ spec:
 `)
 	w.eventually("both routers know the routes", 10*time.Second, func() bool {
 		for _, r := range routers {
-			if len(r.View().Snapshot().Routes.Models()) < 3 { // limited, global-limited, output-limited
+			if len(r.View().Snapshot().Routes.Models()) < 4 { // limited, global-limited, global-default-limited, output-limited
 				return false
 			}
 		}
 		return true
 	})
 	prompt := strings.Repeat("x", 40)
-	ok, refused := 0, 0
-	for i := range 12 {
-		_, resp, err := chat(w.ctx, client_(i%2), "global-limited", prompt)
-		if err == nil {
-			ok++
-			continue
+	for _, model := range []string{"global-limited", "global-default-limited"} {
+		ok, refused := 0, 0
+		for i := range 12 {
+			_, _, err := chat(w.ctx, client_(i%2), model, prompt)
+			if err == nil {
+				ok++
+				continue
+			}
+			require.Equal(t, http.StatusTooManyRequests, statusOf(err), "%s: %v", model, err)
+			refused++
 		}
-		require.Equal(t, http.StatusTooManyRequests, statusOf(err), "%v", err)
-		refused++
-		_ = resp
+		assert.Equal(t, 8, ok, "%s: the two replicas share 100 input tokens an hour: 8 requests of 12", model)
+		assert.Equal(t, 4, refused, model)
 	}
-	assert.Equal(t, 8, ok, "the two replicas share 100 input tokens an hour: 8 requests of 12")
-	assert.Equal(t, 4, refused)
 
 	// Retry-After on a raw request.
 	res, err := http.Post("http://"+routers[1].Addr()+"/v1/chat/completions", "application/json",
