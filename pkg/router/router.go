@@ -170,6 +170,9 @@ func (r *Router) AdminAddr() string {
 // View is the router's picture of routes, servers and endpoints.
 func (r *Router) View() *view.View { return r.view }
 
+// MetricsRegistry is the registry the admin listener serves at /metrics.
+func (r *Router) MetricsRegistry() *prometheus.Registry { return r.metrics.registry }
+
 // Ready is closed when the router has its first full picture of the cluster and listens.
 func (r *Router) Ready() <-chan struct{} { return r.ready }
 
