@@ -44,6 +44,23 @@ func TestImagesCarryTheVersion(t *testing.T) {
 	}, images, "every image of the base, tagged with VERSION (%s)", version)
 }
 
+// The Helm chart ships the same release: its appVersion (the images' default tag) is VERSION
+// and its SemVer version is VERSION without the v.
+func TestChartCarriesTheVersion(t *testing.T) {
+	raw, err := os.ReadFile("../VERSION")
+	require.NoError(t, err)
+	version := strings.TrimSpace(string(raw))
+	chartYAML, err := os.ReadFile("../charts/berth/Chart.yaml")
+	require.NoError(t, err)
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	require.NoError(t, yaml.Unmarshal(chartYAML, &chart))
+	assert.Equal(t, version, chart.AppVersion, "charts/berth/Chart.yaml appVersion")
+	assert.Equal(t, strings.TrimPrefix(version, "v"), chart.Version, "charts/berth/Chart.yaml version")
+}
+
 // podImages are the images of an object's pod template (a Deployment's, a DaemonSet's, ...)
 // or of a Pod: its containers and init containers.
 func podImages(obj map[string]any) []string {

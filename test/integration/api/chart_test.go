@@ -130,11 +130,11 @@ func objKey(o *unstructured.Unstructured) string {
 	return fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
 }
 
-// kustomizeBase is `kustomize build manifests/`.
-func kustomizeBase(t *testing.T) []*unstructured.Unstructured {
+// kustomizeBuild is `kustomize build dir`.
+func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join("..", "..", "..", "manifests"))
-	require.NoError(t, err, "kustomize build manifests/")
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	require.NoError(t, err, "kustomize build %s", dir)
 	raw, err := res.AsYaml()
 	require.NoError(t, err)
 	return decodeYAML(t, string(raw))
@@ -170,6 +170,12 @@ func helmOnly(t *testing.T, o *unstructured.Unstructured) map[string]any {
 		}
 		require.NoError(t, unstructured.SetNestedMap(c.Object, tmpl, "spec", "template", "metadata"))
 	}
+	if c.GetKind() == "ConfigMap" && c.GetName() == "berth-dashboard" {
+		var dashboard map[string]any
+		raw, _, _ := unstructured.NestedString(c.Object, "data", "berth-dashboard.json")
+		require.NoError(t, json.Unmarshal([]byte(raw), &dashboard))
+		c.Object["data"] = map[string]any{"berth-dashboard.json": dashboard}
+	}
 	if c.GetKind() == "ConfigMap" && c.GetName() == "berth-scheduler-config" {
 		var cfg map[string]any
 		raw, _, _ := unstructured.NestedString(c.Object, "data", "config.yaml")
@@ -194,29 +200,47 @@ func toAny(m map[string]string) map[string]any {
 
 // With its defaults the chart installs what the kustomize base installs, object for object
 // and field for field (but for what Helm itself adds, and the Namespace, which helm install
-// --create-namespace makes). A change to one that the other lacks fails here.
-func TestChartDefaultsRenderTheKustomizeBase(t *testing.T) {
-	rendered, err := renderChart(t, nil, serverVersion(t))
-	require.NoError(t, err)
-	chart, base := byKey(rendered), byKey(kustomizeBase(t))
-	for k, o := range base {
-		if o.GetKind() == "Namespace" {
-			delete(base, k)
-		}
-	}
-	for k := range base {
-		assert.Contains(t, chart, k, "the chart lacks an object of the kustomize base")
-	}
-	for k, o := range chart {
-		b, ok := base[k]
-		if !assert.True(t, ok, "the chart renders %s, which the kustomize base lacks", k) {
-			continue
-		}
-		assert.Equal(t, helmOnly(t, b), helmOnly(t, o), "%s: chart (+) and kustomize base (-) differ", k)
-	}
-	// Every object carries Helm's labels, so `helm uninstall` and selectors find them.
-	for k, o := range chart {
-		assert.Equal(t, releaseName, o.GetLabels()["app.kubernetes.io/instance"], "%s", k)
+// --create-namespace makes); with its optional parts on, what the base with the matching
+// kustomize components installs. A change to one that the other lacks fails here.
+func TestChartRendersTheKustomizeBase(t *testing.T) {
+	kv := serverVersion(t)
+	for _, tc := range []struct {
+		name, kustomization string
+		values              map[string]any
+	}{
+		{"defaults", filepath.Join("..", "..", "..", "manifests"), nil},
+		{"components", filepath.Join("testdata", "overlay-all"), map[string]any{
+			"metrics": map[string]any{
+				"serviceMonitor": map[string]any{"enabled": true},
+				"dashboard":      map[string]any{"enabled": true},
+			},
+			"llmazBackendRuntimes": map[string]any{"enabled": true},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rendered, err := renderChart(t, tc.values, kv)
+			require.NoError(t, err)
+			chart, base := byKey(rendered), byKey(kustomizeBuild(t, tc.kustomization))
+			for k, o := range base {
+				if o.GetKind() == "Namespace" {
+					delete(base, k)
+				}
+			}
+			for k := range base {
+				assert.Contains(t, chart, k, "the chart lacks an object of the kustomize base")
+			}
+			for k, o := range chart {
+				b, ok := base[k]
+				if !assert.True(t, ok, "the chart renders %s, which the kustomize base lacks", k) {
+					continue
+				}
+				assert.Equal(t, helmOnly(t, b), helmOnly(t, o), "%s: chart (+) and kustomize base (-) differ", k)
+			}
+			// Every object carries Helm's labels, so `helm uninstall` and selectors find them.
+			for k, o := range chart {
+				assert.Equal(t, releaseName, o.GetLabels()["app.kubernetes.io/instance"], "%s", k)
+			}
+		})
 	}
 }
 

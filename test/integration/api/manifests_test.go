@@ -49,7 +49,9 @@ func TestInstallManifestsApply(t *testing.T) {
 	assert.Equal(t, 3, kinds["Deployment"], "berth-scheduler, berth-controller and berth-router")
 	assert.Equal(t, 1, kinds["ConfigMap"], "the scheduler's configuration")
 	assert.Equal(t, 6, kinds["ClusterRole"], "one per component, berth-metrics-reader, berth-edit and berth-view")
-	assert.Equal(t, 1, kinds["Service"], "the router's")
+	assert.Equal(t, 3, kinds["Service"], "the router's and the scheduler's and controller's metrics Services")
+	assert.Equal(t, 3, kinds["PodDisruptionBudget"], "one per two-replica Deployment")
+	assert.Equal(t, 1, kinds["ResourceQuota"], "the quota that admits system-cluster-critical pods on GKE")
 
 	// Least privilege in the pods, as shipped: every Deployment runs two replicas as a
 	// non-root user, and every container has a read-only root file system, cannot gain
