@@ -18,9 +18,11 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -499,4 +501,60 @@ func TestChartBesideAnotherProject(t *testing.T) {
 		"crds":       map[string]any{"kthena": false, "llmaz": false, "llmd": false},
 	})
 	assert.NoError(t, err)
+}
+
+// berth-scheduler runs at system-cluster-critical. On an apiserver that admits that class
+// only under a quota scoped to it (GKE), its pods are refused in a namespace without one, and
+// admitted in the release namespace with the chart's ResourceQuota; without a priority class
+// (scheduler.priorityClassName="") they need none.
+func TestChartSchedulerPriorityAdmittedAsOnGKE(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	kv := serverVersion(t)
+	schedulerPod := func(objs []*unstructured.Unstructured, ns string) *corev1.Pod {
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" && o.GetName() == "berth-scheduler" {
+				var d appsv1.Deployment
+				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d))
+				return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "berth-scheduler-", Namespace: ns, Labels: d.Spec.Template.Labels},
+					Spec: d.Spec.Template.Spec}
+			}
+		}
+		t.Fatal("no berth-scheduler Deployment rendered")
+		return nil
+	}
+	objs, err := renderChart(t, nil, kv)
+	require.NoError(t, err)
+
+	// A namespace without the quota: refused, as GKE refuses it.
+	bare := newNamespace(t, c)
+	err = c.Create(ctx, schedulerPod(objs, bare), client.DryRunAll)
+	require.Error(t, err, "a system-cluster-critical pod outside a quota is refused")
+	assert.Contains(t, err.Error(), "insufficient quota to match these scopes")
+
+	// The release namespace with the chart's quota (its status as the quota controller,
+	// which this control plane does not run, would write it).
+	ns := newNamespace(t, c)
+	var quota *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "ResourceQuota" {
+			quota = o.DeepCopy()
+		}
+	}
+	require.NotNil(t, quota, "the chart renders the priority-class quota")
+	var rq corev1.ResourceQuota
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(quota.Object, &rq))
+	rq.Namespace = ns
+	require.NoError(t, c.Create(ctx, &rq))
+	rq.Status = corev1.ResourceQuotaStatus{Hard: rq.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+	require.NoError(t, c.Status().Update(ctx, &rq))
+	assert.NoError(t, c.Create(ctx, schedulerPod(objs, ns), client.DryRunAll), "admitted under the chart's quota")
+
+	// Without a priority class, no quota is rendered and none is needed.
+	objs, err = renderChart(t, map[string]any{"scheduler": map[string]any{"priorityClassName": ""}}, kv)
+	require.NoError(t, err)
+	for _, o := range objs {
+		assert.NotEqual(t, "ResourceQuota", o.GetKind())
+	}
+	assert.NoError(t, c.Create(ctx, schedulerPod(objs, bare), client.DryRunAll))
 }
