@@ -3,9 +3,12 @@
 package cmdtest
 
 import (
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 // asMain is set in the environment of a test binary started as its command.
@@ -14,11 +17,17 @@ const asMain = "BERTH_TEST_MAIN"
 // MainOrTests is a command package's TestMain: when Output started this binary, it is the
 // command (main runs with the arguments); otherwise the tests run.
 func MainOrTests(m *testing.M, main func()) {
+	AsCommand(main)
+	os.Exit(m.Run())
+}
+
+// AsCommand runs main and exits when Output or Run started this binary as the command, and
+// returns otherwise: call it first in a TestMain that does more than run the tests.
+func AsCommand(main func()) {
 	if os.Getenv(asMain) != "" {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
 }
 
 // Output runs the command with args and no reachable cluster, and returns its standard
@@ -32,4 +41,23 @@ func Output(t *testing.T, args ...string) string {
 		t.Fatalf("%v: %v; output: %s", args, err, out)
 	}
 	return string(out)
+}
+
+// Run runs the command with args and returns what it wrote (standard output and error) and
+// its exit status; the test fails if it is still running after timeout.
+func Run(t *testing.T, timeout time.Duration, args ...string) (output string, exitCode int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), asMain+"=1")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%v: still running after %s; output: %s", args, timeout, out)
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
 }

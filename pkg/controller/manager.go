@@ -25,6 +25,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
+	"github.com/berth-sh/berth/pkg/apicheck"
 	llmazcorev1alpha1 "github.com/berth-sh/berth/pkg/apis/llmaz/core/v1alpha1"
 	llmazinferencev1alpha1 "github.com/berth-sh/berth/pkg/apis/llmaz/inference/v1alpha1"
 	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
@@ -101,10 +102,16 @@ func Scheme() *runtime.Scheme {
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=berth-system,roleName=berth-controller-leader-election,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="";events.k8s.io,namespace=berth-system,roleName=berth-controller-leader-election,resources=events,verbs=create;patch
 
-// NewManager builds the manager with every reconciler registered.
+// NewManager builds the manager with every reconciler registered. It first checks that the
+// apiserver serves every API they need (requiredAPIs) and returns an *apicheck.MissingError
+// naming those it does not: a missing CRD would otherwise surface two minutes after Start, as
+// a cache-sync timeout.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	manage, err := scope.Parse(o.Manage)
 	if err != nil {
+		return nil, err
+	}
+	if err := apicheck.Check(cfg, "berth-controller", requiredAPIs(o)); err != nil {
 		return nil, err
 	}
 	// Volcano's types are JSON only; controller-runtime negotiates per type, but keep the

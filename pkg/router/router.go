@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
+	"github.com/berth-sh/berth/pkg/apicheck"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/router/proxy"
 	"github.com/berth-sh/berth/pkg/router/ratelimit"
@@ -123,11 +124,16 @@ type Router struct {
 	admin    atomic.Pointer[string]
 }
 
-// New builds a router over the cluster cfg points at.
+// New builds a router over the cluster cfg points at, once the apiserver has shown it
+// serves every API the router needs (requiredAPIs); otherwise it returns an
+// *apicheck.MissingError naming those it does not.
 func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	o.Defaults()
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
 		return nil, errors.New("TLS needs both a certificate and a key file")
+	}
+	if err := apicheck.Check(cfg, "berth-router", requiredAPIs(o)); err != nil {
+		return nil, err
 	}
 	v, err := view.New(cfg, log.WithName("view"))
 	if err != nil {

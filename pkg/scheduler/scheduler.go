@@ -30,8 +30,12 @@ import (
 // Its --version (kube-scheduler's flag) prints Berth's version and the kube-scheduler
 // release it embeds; --version=vX.Y.Z keeps kube-scheduler's meaning (the Kubernetes
 // version to report) and starts the scheduler.
+//
+// Before it builds the profiles, it checks that the apiserver serves every API it needs
+// (requiredAPIs) and exits naming those it does not.
 func NewCommand() *cobra.Command {
-	cmd := app.NewSchedulerCommand(append(Plugins(), logVersion)...)
+	var cmd *cobra.Command
+	cmd = app.NewSchedulerCommand(append(Plugins(), logVersion, apiCheck(func() configSource { return flagSource(cmd.Flags()) }))...)
 	cmd.Use = workloadv1alpha1.BerthSchedulerName
 	cmd.Short = "berth-scheduler places LLM serving groups: gangs, network topology and accelerators"
 	run := cmd.RunE
@@ -113,9 +117,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
-// setup reads the configuration and builds the scheduler with every plugin of its profiles,
-// as app.Setup does for the binary; nothing is scheduled until app.Run. release frees the
-// scheduler's informer name once it has stopped.
+// setup reads the configuration, checks that the apiserver serves every API the scheduler
+// needs, and builds the scheduler with every plugin of its profiles, as app.Setup does for the
+// binary; nothing is scheduled until app.Run. release frees the scheduler's informer name
+// once it has stopped.
 func setup(ctx context.Context, o Options) (*schedulerconfig.CompletedConfig, *kubescheduler.Scheduler, func(), error) {
 	opts := options.NewOptions()
 	opts.ConfigFile = o.ConfigFile
@@ -127,7 +132,7 @@ func setup(ctx context.Context, o Options) (*schedulerconfig.CompletedConfig, *k
 		return nil, nil, nil, err
 	}
 	opts.InformerName = name
-	cc, sched, err := app.Setup(ctx, opts, Plugins()...)
+	cc, sched, err := app.Setup(ctx, opts, append(Plugins(), apiCheck(func() configSource { return configSource{configFile: o.ConfigFile} }))...)
 	if err != nil {
 		name.Release()
 		return nil, nil, nil, fmt.Errorf("berth-scheduler setup: %w", err)

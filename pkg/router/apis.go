@@ -1,0 +1,18 @@
+package router
+
+import (
+	"github.com/berth-sh/berth/pkg/apicheck"
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+)
+
+// requiredAPIs are the APIs the router reads (package view's informers) and, with
+// MetricsAuth, asks to authenticate and authorize callers of /metrics.
+func requiredAPIs(o Options) []apicheck.API {
+	apis := append(apicheck.CRDs(apicheck.Berth, networkingv1alpha1.SchemeGroupVersion.String(), "modelroutes", "modelservers"),
+		apicheck.Builtin("", "v1", "pods")...)
+	if o.MetricsAuth && o.AdminAddr != "" {
+		apis = append(apis, apicheck.Builtin("1.6", "authentication.k8s.io/v1", "tokenreviews")...)
+		apis = append(apis, apicheck.Builtin("1.6", "authorization.k8s.io/v1", "subjectaccessreviews")...)
+	}
+	return apis
+}
