@@ -80,7 +80,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	logger := log.FromContext(ctx).WithValues("modelserving", klog.KObj(ms))
 	ctx = ctrl.LoggerInto(ctx, logger)
 	if !r.Scope.Manages(ms) {
-		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+		// Another project's controller acts on it (--manage=berth). It may have been Berth's
+		// until its schedulerName or label changed: drop its series, or /metrics keeps
+		// reporting the groups Berth last saw. Berth holds nothing else on it (no finalizer).
+		forgetModelServing(ms.Namespace, ms.Name)
+		return ctrl.Result{}, nil
 	}
 	if ms.DeletionTimestamp != nil {
 		// Its status is no longer kept, so its series would only go stale.

@@ -36,6 +36,14 @@ func (r *Reconciler) prunePodGroups(ctx context.Context, ms *workloadv1alpha1.Mo
 		if want[pg.Name] || pg.DeletionTimestamp != nil || !metav1.IsControlledBy(pg, ms) {
 			continue
 		}
+		if _, ours := groupIndex(ms.Name, pg.Name); !ours {
+			// Not named as one of our groups: Volcano's podgroup controller names the PodGroup
+			// it makes for a volcano pod without one "podgroup-<owner UID>" and gives it the
+			// pod's owner references, so it is controlled by this ModelServing too. Its pods
+			// name it in their scheduling.k8s.io/group-name annotation and Volcano never
+			// makes it again: deleting it would leave them unschedulable.
+			continue
+		}
 		err := r.Delete(ctx, pg, client.Preconditions{UID: &pg.UID})
 		if apierrors.IsNotFound(err) {
 			continue

@@ -23,6 +23,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/scope"
 )
 
 func servingScheme(t *testing.T) *runtime.Scheme {
@@ -174,10 +175,11 @@ func groupSeries(t *testing.T) []string {
 	return out
 }
 
-// A ModelServing that is gone, or being deleted, loses its series; the others keep theirs.
+// A ModelServing that is gone, being deleted, or no longer Berth's (--manage=berth, its
+// schedulerName changed to volcano) loses its series; the others keep theirs.
 func TestReconcileForgetsSeriesOfDeletedModelServing(t *testing.T) {
 	ctx := context.Background()
-	for _, ms := range [][2]string{{"ns", "gone"}, {"ns", "terminating"}, {"ns", "kept"}, {"other", "gone"}} {
+	for _, ms := range [][2]string{{"ns", "gone"}, {"ns", "terminating"}, {"ns", "moved"}, {"ns", "kept"}, {"other", "gone"}} {
 		groupsByState.WithLabelValues(ms[0], ms[1], "available").Set(1)
 		groupsByState.WithLabelValues(ms[0], ms[1], "unavailable").Set(0)
 		defer forgetModelServing(ms[0], ms[1])
@@ -186,11 +188,14 @@ func TestReconcileForgetsSeriesOfDeletedModelServing(t *testing.T) {
 	terminating.Name = "terminating"
 	terminating.Finalizers = []string{"test/hold"}
 	terminating.DeletionTimestamp = ptr.To(metav1.Now())
+	moved := withServer(1, 1)
+	moved.Name = "moved"
+	moved.Spec.SchedulerName = "volcano"
 	cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
-		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).WithObjects(terminating).Build()
-	r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: events.NewFakeRecorder(10)}
+		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).WithObjects(terminating, moved).Build()
+	r := &Reconciler{Scope: scope.Berth, Client: cl, Scheme: cl.Scheme(), Recorder: events.NewFakeRecorder(10)}
 
-	for _, name := range []string{"gone", "terminating"} {
+	for _, name := range []string{"gone", "terminating", "moved"} {
 		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}})
 		require.NoError(t, err)
 	}

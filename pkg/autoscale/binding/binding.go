@@ -187,7 +187,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	logger := log.FromContext(ctx).WithValues("autoscalingpolicybinding", klog.KObj(&b))
 	ctx = ctrl.LoggerInto(ctx, logger)
 	if !r.Scope.Manages(&b) {
-		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+		// Another project's controller acts on it (--manage=berth). It may have been Berth's
+		// until its label was removed: drop what Berth kept for it (its metrics reader and
+		// series), or /metrics keeps publishing Berth's last decision beside the other
+		// controller's.
+		r.drop(req.NamespacedName)
+		return ctrl.Result{}, nil
 	}
 	if !b.DeletionTimestamp.IsZero() {
 		r.drop(req.NamespacedName)

@@ -185,7 +185,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	logger := log.FromContext(ctx).WithValues("variantautoscaling", klog.KObj(&va))
 	ctx = ctrl.LoggerInto(ctx, logger)
 	if !r.Scope.Manages(&va) {
-		return ctrl.Result{}, nil // another project's controller acts on it (--manage=berth)
+		// Another project's controller acts on it (--manage=berth). It may have been Berth's
+		// until its label was removed: drop what Berth kept for it (its metrics reader and
+		// series), or /metrics keeps publishing Berth's last inferno_desired_replicas for it
+		// beside llm-d's, and an HPA reading that series sees both.
+		r.drop(req.NamespacedName)
+		return ctrl.Result{}, nil
 	}
 	if !va.DeletionTimestamp.IsZero() {
 		r.drop(req.NamespacedName)

@@ -126,6 +126,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 		victimOf:  map[types.UID]victim{},
 	}
 	g.status = newStatusWriter(groups, model, handle.EventRecorder())
+	profile := handle.ProfileName()
 	model.OnHeadChange(func(old, new string) {
 		for _, key := range []string{old, new} {
 			if key != "" {
@@ -148,8 +149,11 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 			if !ok1 || !ok2 {
 				return
 			}
-			// The PodGroup counts running, succeeded and failed pods: keep them current.
-			if o.Status.Phase != n.Status.Phase {
+			// The PodGroup counts running, succeeded and failed pods: keep them current. Only
+			// for pods of this profile: the informer holds every scheduler's pods, and a
+			// PodGroup whose pods name another scheduler (Volcano's) is that scheduler's to
+			// write; writing it here replaced Volcano's phase and conditions with ours.
+			if o.Status.Phase != n.Status.Phase && n.Spec.SchedulerName == profile {
 				if key := placement.GroupKey(n); key != "" {
 					g.status.enqueue(key)
 				}

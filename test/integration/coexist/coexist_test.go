@@ -1,6 +1,8 @@
 // Package coexist runs berth-controller with --manage=berth beside a foreign controller (a
 // test client that writes ModelServing status the way Kthena's controller does) in one
-// namespace: neither side touches the other's objects.
+// namespace: neither side touches the other's objects. The stand-in leaves Berth's
+// ModelServings alone; Kthena's real ModelServing controller acts on every ModelServing, which
+// is why docs/migration.md stops it before one moves (migrate_test.go follows those steps).
 package coexist
 
 import (
@@ -8,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -52,6 +56,55 @@ func TestMain(m *testing.M) {
 	cptest.Main(m, &cp)
 }
 
+// berth-scheduler, berth-controller with --manage=berth and the simulated kubelet are shared
+// by the package's tests (started on first use); each test works in its own namespace on
+// its own nodes.
+var (
+	startOnce sync.Once
+	kube      kubernetes.Interface
+	cl        client.WithWatch
+	kubelet   *sim.Kubelet
+)
+
+func startSystem(t *testing.T) {
+	startOnce.Do(func() {
+		cfg := cp.RESTConfig()
+		kube = kubernetes.NewForConfigOrDie(cfg)
+		var err error
+		cl, err = client.NewWithWatch(cfg, client.Options{Scheme: controller.Scheme()})
+		require.NoError(t, err)
+		dir, err := os.MkdirTemp("", "berth-coexist")
+		require.NoError(t, err)
+		kubeconfig := filepath.Join(dir, "kubeconfig")
+		require.NoError(t, cp.WriteKubeconfig(kubeconfig))
+		// Not a test's context: it ends before the cleanups, and a namespace's pods need the
+		// kubelet until they are gone.
+		sys, err := inprocess.Start(context.Background(), cfg, inprocess.Options{Dir: dir, Kubeconfig: kubeconfig,
+			Scheduler:  &inprocess.SchedulerOptions{},
+			Controller: &controller.Options{Manage: string(scope.Berth)},
+			Kubelet:    &inprocess.KubeletOptions{PodStartDelay: 50 * time.Millisecond, Client: kube},
+		})
+		require.NoError(t, err)
+		cptest.BeforeStop(sys.Stop)
+		cptest.BeforeStop(func() { _ = os.RemoveAll(dir) })
+		kubelet = sys.Kubelet
+	})
+	require.NotNil(t, cl, "the shared system did not start")
+}
+
+// newNamespace creates a namespace for one test and removes it, and the nodes labelled for
+// it, when the test ends.
+func newNamespace(t *testing.T, ns string) {
+	t.Helper()
+	_, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+		assert.NoError(t, kube.CoreV1().Nodes().DeleteCollection(context.Background(), zero, metav1.ListOptions{LabelSelector: systemtest.OwnerLabel + "=" + ns}))
+		assert.NoError(t, systemtest.RemoveNamespace(kube, ns))
+	})
+}
+
 // Field managers: who wrote what, as the apiserver records it.
 const (
 	creator      = "coexist-user"
@@ -66,32 +119,9 @@ func TestForeignObjectsAreLeftAlone(t *testing.T) {
 	t.Logf("seed %d (replay with -coexist.seed=%d)", s, s)
 	rng := rand.New(rand.NewPCG(uint64(s), 7))
 	ctx := t.Context()
-	cfg := cp.RESTConfig()
-	kube := kubernetes.NewForConfigOrDie(cfg)
-	cl, err := client.NewWithWatch(cfg, client.Options{Scheme: controller.Scheme()})
-	require.NoError(t, err)
-
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	require.NoError(t, cp.WriteKubeconfig(kubeconfig))
-	// Not the test's context: it ends before the cleanups, and the namespace's pods need the
-	// kubelet until they are gone.
-	sys, err := inprocess.Start(context.Background(), cfg, inprocess.Options{Dir: dir, Kubeconfig: kubeconfig,
-		Scheduler:  &inprocess.SchedulerOptions{},
-		Controller: &controller.Options{Manage: string(scope.Berth)},
-		Kubelet:    &inprocess.KubeletOptions{PodStartDelay: 50 * time.Millisecond, Client: kube},
-	})
-	require.NoError(t, err)
-	t.Cleanup(sys.Stop)
-
+	startSystem(t)
 	ns := fmt.Sprintf("coexist-%d", rng.IntN(1e6))
-	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		zero := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
-		assert.NoError(t, kube.CoreV1().Nodes().DeleteCollection(context.Background(), zero, metav1.ListOptions{LabelSelector: systemtest.OwnerLabel + "=" + ns}))
-		assert.NoError(t, systemtest.RemoveNamespace(kube, ns))
-	})
+	newNamespace(t, ns)
 	// Two node pools of 8-GPU nodes; each ModelServing asks for 1–2 groups of 1–2 GPUs.
 	for i := range 4 {
 		_, err := kube.CoreV1().Nodes().Create(ctx, sim.NewNode(fmt.Sprintf("%s-gpu-%d", ns, i), sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8},
@@ -113,6 +143,7 @@ func TestForeignObjectsAreLeftAlone(t *testing.T) {
 	}
 	isForeign := func(name string) bool { mu.Lock(); defer mu.Unlock(); return foreign[name] }
 	watchAll(t, ctx, cl, kube, ns, isForeign, violate)
+	volcanoMade := volcanoPodGroupController(t, ctx, ns)
 
 	// The workload: ModelServings arrive during the run, each for berth-scheduler, for
 	// Volcano (Kthena's default) or for the default scheduler, some of the foreign ones
@@ -158,7 +189,7 @@ func TestForeignObjectsAreLeftAlone(t *testing.T) {
 	}
 
 	// Berth's ModelServings become Available; the labelled route gets its conditions.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		for name := range berth {
 			var ms workloadv1alpha1.ModelServing
 			if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ms); err != nil {
@@ -191,6 +222,16 @@ func TestForeignObjectsAreLeftAlone(t *testing.T) {
 		var pods corev1.PodList
 		require.NoError(t, cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: name}))
 		assert.NotEmpty(t, pods.Items, "%s opted in with the label: Berth creates its pods", name)
+	}
+	// The PodGroups Volcano's podgroup controller made for the opted-in ModelServings' pods
+	// (which ask for no gang, so Berth makes none) stay: the pods name them.
+	made := volcanoMade()
+	assert.NotEmpty(t, made, "Volcano's podgroup controller made no PodGroup for the opted-in ModelServings' pods")
+	for _, name := range made {
+		var pg volcanov1beta1.PodGroup
+		if assert.NoError(t, cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pg), "PodGroup %s Volcano made for a volcano pod", name) {
+			assert.Nil(t, pg.DeletionTimestamp, "PodGroup %s Volcano made is being deleted", name)
+		}
 	}
 	for name := range mergeSets(berth, optedIn) {
 		var ms workloadv1alpha1.ModelServing
@@ -297,6 +338,54 @@ func foreignController(ctx context.Context, cl client.Client, ns string, isForei
 				t.Logf("foreign controller: %v", err)
 			}
 		}
+	}
+}
+
+// volcanoPodGroupController does for the pods of ns what Volcano's podgroup controller does
+// (volcano-sh/volcano pkg/controllers/podgroup: processNextReq, createNormalPodPGIfNotExist,
+// buildPodGroupFromPod, newPGOwnerReferences, updatePodAnnotations): for each new pod that
+// names the scheduler "volcano" and no PodGroup, it creates the PodGroup
+// "podgroup-<UID of the pod's controller>" with minMember 1 and the pod's owner references,
+// and writes its name into the pod's scheduling.k8s.io/group-name annotation. It returns
+// the names of the PodGroups it made.
+func volcanoPodGroupController(t *testing.T, ctx context.Context, ns string) func() []string {
+	t.Helper()
+	w, err := kube.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	made := map[string]bool{}
+	go func() {
+		for e := range w.ResultChan() {
+			pod, ok := e.Object.(*corev1.Pod)
+			if !ok || e.Type != watch.Added || pod.Spec.SchedulerName != "volcano" || pod.Annotations[volcanov1beta1.KubeGroupNameAnnotationKey] != "" {
+				continue
+			}
+			name, owners := "podgroup-"+string(pod.UID), []metav1.OwnerReference{*metav1.NewControllerRef(pod, corev1.SchemeGroupVersion.WithKind("Pod"))}
+			if ref := metav1.GetControllerOf(pod); ref != nil {
+				name, owners = "podgroup-"+string(ref.UID), pod.OwnerReferences
+			}
+			pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, OwnerReferences: owners},
+				Spec: volcanov1beta1.PodGroupSpec{MinMember: 1}, Status: volcanov1beta1.PodGroupStatus{Phase: volcanov1beta1.PodGroupPending}}
+			if err := cl.Create(ctx, pg, client.FieldOwner("volcano-controllers")); err != nil && !apierrors.IsAlreadyExists(err) {
+				if ctx.Err() == nil {
+					t.Logf("volcano podgroup controller: %v", err)
+				}
+				continue
+			}
+			mu.Lock()
+			made[name] = true
+			mu.Unlock()
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, volcanov1beta1.KubeGroupNameAnnotationKey, name)
+			if _, err := kube.CoreV1().Pods(ns).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "volcano-controllers"}); err != nil && ctx.Err() == nil {
+				t.Logf("volcano podgroup controller: annotate %s: %v", pod.Name, err)
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return keys(made)
 	}
 }
 
