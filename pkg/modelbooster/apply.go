@@ -214,9 +214,9 @@ func syncServing(mb *workloadv1alpha1.ModelBooster, have, want *workloadv1alpha1
 }
 
 func backendOf(mb *workloadv1alpha1.ModelBooster, name string) *workloadv1alpha1.ModelBackend {
-	for i := range mb.Spec.Backends {
-		if mb.Spec.Backends[i].Name == name {
-			return &mb.Spec.Backends[i]
+	for _, b := range Backends(mb) {
+		if b.Name == name {
+			return b
 		}
 	}
 	return nil

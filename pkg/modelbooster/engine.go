@@ -32,6 +32,10 @@ const (
 
 	// vllmRuntimeLoRAEnv enables vLLM's load/unload adapter endpoints.
 	vllmRuntimeLoRAEnv = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+	// vllmModelScopeEnv and sglangModelScopeEnv make the engines download a model id from
+	// ModelScope instead of Hugging Face (an ms:// modelURI).
+	vllmModelScopeEnv   = "VLLM_USE_MODELSCOPE"
+	sglangModelScopeEnv = "SGLANG_USE_MODELSCOPE"
 )
 
 // boosterEngine is how one backend type runs: its container, default image, the port its
@@ -133,6 +137,11 @@ func boosterContainers(mb *workloadv1alpha1.ModelBooster, b *workloadv1alpha1.Mo
 		// vLLM serves /v1/load_lora_adapter only when runtime LoRA updates are allowed.
 		entry.Env = append(entry.Env, corev1.EnvVar{Name: vllmRuntimeLoRAEnv, Value: "True"})
 	}
+	if strings.HasPrefix(b.ModelURI, "ms://") {
+		if env := modelScopeEnv(b.Type); env != "" && !slices.ContainsFunc(entry.Env, func(e corev1.EnvVar) bool { return e.Name == env }) {
+			entry.Env = append(entry.Env, corev1.EnvVar{Name: env, Value: "True"})
+		}
+	}
 	args := engineArgs(mb, b, t)
 	worker = *entry.DeepCopy()
 	worker.ReadinessProbe = nil // only the entry pod serves the API
@@ -167,6 +176,18 @@ func boosterContainers(mb *workloadv1alpha1.ModelBooster, b *workloadv1alpha1.Mo
 		worker.Args = slices.Clone(entry.Args)
 	}
 	return entry, worker, nil
+}
+
+// modelScopeEnv is the variable that points the engine at ModelScope ("" for MindIE,
+// whose image reads the model from a path).
+func modelScopeEnv(t workloadv1alpha1.ModelBackendType) string {
+	switch {
+	case isVLLM(t):
+		return vllmModelScopeEnv
+	case t == workloadv1alpha1.ModelBackendTypeSGLang:
+		return sglangModelScopeEnv
+	}
+	return ""
 }
 
 func isVLLM(t workloadv1alpha1.ModelBackendType) bool {
@@ -288,11 +309,14 @@ func configArgs(cfg *apiextensionsv1.JSON) ([]string, error) {
 }
 
 // modelArg is what the engine is told to load: the Hugging Face repo id of hf://, the
-// mounted path of pvc://, and s3:// as is (vLLM's Run:ai streamer and SGLang read it).
+// ModelScope model id of ms://, the mounted path of pvc://, and s3:// as is (vLLM's Run:ai
+// streamer and SGLang read it).
 func modelArg(uri string) string {
 	switch {
 	case strings.HasPrefix(uri, "hf://"):
 		return strings.TrimPrefix(uri, "hf://")
+	case strings.HasPrefix(uri, "ms://"):
+		return strings.TrimPrefix(uri, "ms://")
 	case strings.HasPrefix(uri, "pvc://"):
 		_, sub, _ := strings.Cut(uriPath(uri), "/")
 		return strings.TrimSuffix(modelSourceMount+"/"+sub, "/")

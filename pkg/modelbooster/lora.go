@@ -66,8 +66,7 @@ func podReady(p *corev1.Pod) bool {
 func (r *Reconciler) syncAdapters(ctx context.Context, mb *workloadv1alpha1.ModelBooster) *metav1.Condition {
 	var failures, waiting []string
 	engines, hasAdapters := 0, false
-	for i := range mb.Spec.Backends {
-		b := &mb.Spec.Backends[i]
+	for _, b := range Backends(mb) {
 		if len(b.LoraAdapters) == 0 {
 			continue
 		}

@@ -60,11 +60,10 @@ func BuildObjects(mb *workloadv1alpha1.ModelBooster) (*Objects, error) {
 		return nil, errs.ToAggregate()
 	}
 	out := &Objects{}
-	for i := range mb.Spec.Backends {
-		b := &mb.Spec.Backends[i]
+	for i, b := range Backends(mb) {
 		ms, err := buildBoosterServing(mb, b)
 		if err != nil { // Validate checked everything that can fail here
-			return nil, field.InternalError(field.NewPath("spec", "backends").Index(i), err)
+			return nil, field.InternalError(BackendPath(mb, i), err)
 		}
 		out.ModelServings = append(out.ModelServings, ms)
 		out.ModelServers = append(out.ModelServers, buildBoosterServer(mb, b))
@@ -82,6 +81,28 @@ func BuildObjects(mb *workloadv1alpha1.ModelBooster) (*Objects, error) {
 	return out, nil
 }
 
+// Backends are the ModelBooster's backends, whichever shape it is written in: the spec's
+// list (spec.backends), or Kthena 1.0's single backend (spec.backend) as a list of one.
+// The pointers are into mb.
+func Backends(mb *workloadv1alpha1.ModelBooster) []*workloadv1alpha1.ModelBackend {
+	if mb.Spec.Backend != nil {
+		return []*workloadv1alpha1.ModelBackend{mb.Spec.Backend}
+	}
+	out := make([]*workloadv1alpha1.ModelBackend, len(mb.Spec.Backends))
+	for i := range mb.Spec.Backends {
+		out[i] = &mb.Spec.Backends[i]
+	}
+	return out
+}
+
+// BackendPath is the field path of Backends(mb)[i]: spec.backends[i], or spec.backend.
+func BackendPath(mb *workloadv1alpha1.ModelBooster, i int) *field.Path {
+	if mb.Spec.Backend != nil {
+		return field.NewPath("spec", "backend")
+	}
+	return field.NewPath("spec", "backends").Index(i)
+}
+
 // ObjectName is the name of every per-backend object: "<booster>-<backend>".
 func ObjectName(booster, backend string) string { return booster + "-" + backend }
 
@@ -94,15 +115,19 @@ func ServedModelName(mb *workloadv1alpha1.ModelBooster) string {
 }
 
 // BackendAutoscaled says whether an autoscaler owns the backend's replica count: it has a
-// policy of its own, or the model's policy applies to it.
+// policy of its own, or the model's policy applies to it; and it does not fix its count
+// with replicas (Kthena 1.0).
 func BackendAutoscaled(mb *workloadv1alpha1.ModelBooster, b *workloadv1alpha1.ModelBackend) bool {
-	return b.AutoscalingPolicy != nil || mb.Spec.AutoscalingPolicy != nil
+	return b.Replicas == nil && (b.AutoscalingPolicy != nil || mb.Spec.AutoscalingPolicy != nil)
 }
 
-// BackendReplicas is the ModelServing replica count the controller writes: minReplicas for
-// an autoscaled backend (only at creation: the autoscaler owns it afterwards), else at
-// least one.
+// BackendReplicas is the ModelServing replica count the controller writes: replicas when
+// the backend fixes it (Kthena 1.0), minReplicas for an autoscaled backend (only at
+// creation: the autoscaler owns it afterwards), else at least one.
 func BackendReplicas(mb *workloadv1alpha1.ModelBooster, b *workloadv1alpha1.ModelBackend) int32 {
+	if b.Replicas != nil {
+		return *b.Replicas
+	}
 	if BackendAutoscaled(mb, b) {
 		return b.MinReplicas
 	}
@@ -119,9 +144,15 @@ func backendMaxReplicas(b *workloadv1alpha1.ModelBackend) int32 {
 }
 
 // boosterLabels are the labels of every object generated for backend (none: the objects
-// shared by all backends).
+// shared by all backends) and of its pods: Berth's, and Kthena's with the values Kthena's
+// controller gives them (its backend-name is "" on shared objects).
 func boosterLabels(mb *workloadv1alpha1.ModelBooster, backend string) map[string]string {
-	l := map[string]string{workloadv1alpha1.ModelBoosterNameLabel: mb.Name}
+	l := map[string]string{
+		workloadv1alpha1.ModelBoosterNameLabel:  mb.Name,
+		workloadv1alpha1.KthenaModelNameLabel:   mb.Name,
+		workloadv1alpha1.KthenaBackendNameLabel: backend,
+		workloadv1alpha1.KthenaManagedByLabel:   workloadv1alpha1.KthenaManagedByValue,
+	}
 	if backend != "" {
 		l[workloadv1alpha1.ModelBoosterBackendLabel] = backend
 	}
@@ -154,8 +185,17 @@ func specHash(spec any) string {
 	return rand.SafeEncodeString(strconv.FormatUint(h.Sum64(), 36))
 }
 
+// backendScheduler is the scheduler of the backend's ModelServing and pods:
+// schedulerName, else berth-scheduler.
+func backendScheduler(b *workloadv1alpha1.ModelBackend) string {
+	if b.SchedulerName != "" {
+		return b.SchedulerName
+	}
+	return workloadv1alpha1.BerthSchedulerName
+}
+
 // buildBoosterServing is the backend's ModelServing: one role per worker, scheduled by
-// berth-scheduler.
+// berth-scheduler unless the backend names another scheduler.
 func buildBoosterServing(mb *workloadv1alpha1.ModelBooster, b *workloadv1alpha1.ModelBackend) (*workloadv1alpha1.ModelServing, error) {
 	eng := boosterEngines[b.Type]
 	name := ObjectName(mb.Name, b.Name)
@@ -163,7 +203,7 @@ func buildBoosterServing(mb *workloadv1alpha1.ModelBooster, b *workloadv1alpha1.
 		ObjectMeta: boosterMeta(mb, name, b.Name),
 		Spec: workloadv1alpha1.ModelServingSpec{
 			Replicas:      ptr.To(BackendReplicas(mb, b)),
-			SchedulerName: workloadv1alpha1.BerthSchedulerName,
+			SchedulerName: backendScheduler(b),
 		},
 	}
 	// Roles in a fixed order, whatever the workers' order: reordering the list in the
@@ -221,10 +261,12 @@ func buildBoosterRole(mb *workloadv1alpha1.ModelBooster, b *workloadv1alpha1.Mod
 		return workloadv1alpha1.PodTemplateSpec{
 			Metadata: &workloadv1alpha1.Metadata{Labels: boosterLabels(mb, b.Name)},
 			Spec: corev1.PodSpec{
-				Containers:    []corev1.Container{c},
-				Volumes:       volumes,
-				Affinity:      w.Affinity.DeepCopy(),
-				SchedulerName: workloadv1alpha1.BerthSchedulerName,
+				Containers:       []corev1.Container{c},
+				Volumes:          volumes,
+				Affinity:         w.Affinity.DeepCopy(),
+				Tolerations:      tolerations(w),
+				RuntimeClassName: b.RuntimeClassName,
+				SchedulerName:    backendScheduler(b),
 			},
 		}
 	}
@@ -290,8 +332,7 @@ func buildBoosterRoute(mb *workloadv1alpha1.ModelBooster) *networkingv1alpha1.Mo
 	}
 	var all []networkingv1alpha1.TargetModel
 	holders := map[string][]networkingv1alpha1.TargetModel{}
-	for i := range mb.Spec.Backends {
-		b := &mb.Spec.Backends[i]
+	for _, b := range Backends(mb) {
 		all = append(all, target(b))
 		for _, a := range b.LoraAdapters {
 			if _, ok := holders[a.Name]; !ok {
@@ -355,16 +396,15 @@ func buildBackendAutoscaling(mb *workloadv1alpha1.ModelBooster, b *workloadv1alp
 }
 
 // buildModelAutoscaling is the model's policy and the optimizer binding that spreads one
-// demand over every backend without a policy of its own, cheapest first (nil, nil when the
-// model has no policy or every backend has its own).
+// demand over every backend without a policy of its own or a fixed replica count,
+// cheapest first (nil, nil when the model has no policy or no backend is left for it).
 func buildModelAutoscaling(mb *workloadv1alpha1.ModelBooster) (*workloadv1alpha1.AutoscalingPolicy, *workloadv1alpha1.AutoscalingPolicyBinding) {
 	if mb.Spec.AutoscalingPolicy == nil {
 		return nil, nil
 	}
 	var params []workloadv1alpha1.OptimizerParam
-	for i := range mb.Spec.Backends {
-		b := &mb.Spec.Backends[i]
-		if b.AutoscalingPolicy != nil {
+	for _, b := range Backends(mb) {
+		if b.AutoscalingPolicy != nil || b.Replicas != nil {
 			continue
 		}
 		params = append(params, workloadv1alpha1.OptimizerParam{
@@ -392,6 +432,19 @@ func buildModelAutoscaling(mb *workloadv1alpha1.ModelBooster) (*workloadv1alpha1
 	}
 	binding.Annotations[boosterSpecHashAnnotation] = specHash(binding.Spec)
 	return policy, binding
+}
+
+// tolerations are the worker's tolerations for its pods (nil when none, so a spec without
+// them hashes as before).
+func tolerations(w *workloadv1alpha1.ModelWorker) []corev1.Toleration {
+	if len(w.Tolerations) == 0 {
+		return nil
+	}
+	out := make([]corev1.Toleration, len(w.Tolerations))
+	for i := range w.Tolerations {
+		out[i] = *w.Tolerations[i].DeepCopy()
+	}
+	return out
 }
 
 // LoRAAdapterPath is the lora_path the engines are given for an adapter: the Hugging Face

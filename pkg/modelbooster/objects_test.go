@@ -78,16 +78,27 @@ func assertGenerated(t *testing.T, obj metav1.Object, name, backend string) {
 	t.Helper()
 	assert.Equal(t, name, obj.GetName())
 	assert.Equal(t, "ns", obj.GetNamespace())
-	want := map[string]string{workloadv1alpha1.ModelBoosterNameLabel: "llama"}
-	if backend != "" {
-		want[workloadv1alpha1.ModelBoosterBackendLabel] = backend
-	}
-	assert.Equal(t, want, obj.GetLabels(), "labels of %s", name)
+	assert.Equal(t, wantLabels("llama", backend), obj.GetLabels(), "labels of %s", name)
 	require.Len(t, obj.GetOwnerReferences(), 1)
 	ref := obj.GetOwnerReferences()[0]
 	assert.Equal(t, metav1.OwnerReference{APIVersion: "workload.serving.volcano.sh/v1alpha1", Kind: "ModelBooster", Name: "llama", UID: "mb-uid",
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}, ref)
 	assert.NotEmpty(t, obj.GetAnnotations()[boosterSpecHashAnnotation])
+}
+
+// wantLabels are the labels of what ModelBooster mb generates for backend ("" for the
+// shared objects): Berth's, and Kthena's with Kthena's values.
+func wantLabels(mb, backend string) map[string]string {
+	want := map[string]string{
+		workloadv1alpha1.ModelBoosterNameLabel:  mb,
+		workloadv1alpha1.KthenaModelNameLabel:   mb,
+		workloadv1alpha1.KthenaBackendNameLabel: backend,
+		workloadv1alpha1.KthenaManagedByLabel:   "workload.serving.volcano.sh",
+	}
+	if backend != "" {
+		want[workloadv1alpha1.ModelBoosterBackendLabel] = backend
+	}
+	return want
 }
 
 func TestBoosterVLLMBackendBecomesModelServingAndModelServer(t *testing.T) {
@@ -108,8 +119,7 @@ func TestBoosterVLLMBackendBecomesModelServingAndModelServer(t *testing.T) {
 	assert.Nil(t, role.WorkerTemplate)
 	pod := role.EntryTemplate.Spec
 	assert.Equal(t, "berth-scheduler", pod.SchedulerName)
-	assert.Equal(t, map[string]string{workloadv1alpha1.ModelBoosterNameLabel: "llama", workloadv1alpha1.ModelBoosterBackendLabel: "h100"},
-		role.EntryTemplate.Metadata.Labels)
+	assert.Equal(t, wantLabels("llama", "h100"), role.EntryTemplate.Metadata.Labels)
 	require.NotNil(t, pod.Affinity)
 	assert.Equal(t, "nvidia.com/gpu.product", pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key)
 	require.Len(t, pod.Containers, 1)
@@ -502,4 +512,120 @@ func TestBoosterExampleManifest(t *testing.T) {
 	assert.Equal(t, []string{"sql-expert"}, objs.ModelRoute.Spec.LoraAdapters)
 	require.NotNil(t, objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Volumes[0].HostPath)
 	assert.Equal(t, "/var/cache/models", objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Volumes[0].HostPath.Path)
+}
+
+// kthena10Manifest is a ModelBooster as Kthena 1.0 writes it: one backend with a fixed
+// replica count, a RuntimeClass and tolerations on its worker.
+const kthena10Manifest = `
+metadata: {name: llama, namespace: ns, uid: mb-uid}
+spec:
+  backend:
+    name: gpu
+    type: vLLM
+    modelURI: ms://Qwen/Qwen3-8B
+    replicas: 3
+    runtimeClassName: nvidia
+    workers:
+    - type: server
+      pods: 2
+      resources: {limits: {nvidia.com/gpu: "8"}}
+      tolerations:
+      - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+`
+
+func TestBoosterSingleBackendAsKthena10WritesIt(t *testing.T) {
+	objs := build(t, parseBooster(t, kthena10Manifest))
+	require.Len(t, objs.ModelServings, 1)
+	require.Len(t, objs.ModelServers, 1)
+	assert.Empty(t, objs.Policies, "a fixed backend is never autoscaled")
+	assert.Empty(t, objs.Bindings)
+
+	ms := objs.ModelServings[0]
+	assertGenerated(t, ms, "llama-gpu", "gpu")
+	assert.Equal(t, int32(3), *ms.Spec.Replicas, "replicas, as written")
+	assert.Equal(t, "berth-scheduler", ms.Spec.SchedulerName)
+	role := ms.Spec.Template.Roles[0]
+	require.NotNil(t, role.WorkerTemplate)
+	for what, pod := range map[string]workloadv1alpha1.PodTemplateSpec{"entry": role.EntryTemplate, "worker": *role.WorkerTemplate} {
+		assert.Equal(t, wantLabels("llama", "gpu"), pod.Metadata.Labels, what)
+		assert.Equal(t, ptr.To("nvidia"), pod.Spec.RuntimeClassName, what)
+		assert.Equal(t, []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}, pod.Spec.Tolerations, what)
+		assert.Equal(t, "berth-scheduler", pod.Spec.SchedulerName, what)
+		// ms:// is a ModelScope model id, which vLLM downloads from there.
+		assert.Contains(t, pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "VLLM_USE_MODELSCOPE", Value: "True"}, what)
+	}
+	assert.Contains(t, role.EntryTemplate.Spec.Containers[0].Args[0], "exec vllm serve Qwen/Qwen3-8B ")
+
+	assertGenerated(t, objs.ModelServers[0], "llama-gpu", "gpu")
+	assertGenerated(t, objs.ModelRoute, "llama", "")
+	require.Len(t, objs.ModelRoute.Spec.Rules, 1)
+	assert.Equal(t, []networkingv1alpha1.TargetModel{{ModelServerName: "llama-gpu", Weight: ptr.To[uint32](100)}}, objs.ModelRoute.Spec.Rules[0].TargetModels)
+
+	// The same backend written as a list of one compiles to the same objects.
+	mb := parseBooster(t, kthena10Manifest)
+	mb.Spec.Backends = []workloadv1alpha1.ModelBackend{*mb.Spec.Backend}
+	mb.Spec.Backend = nil
+	assert.Equal(t, objs, build(t, mb))
+
+	// A scheduler named by the backend runs its ModelServing and pods.
+	mb = parseBooster(t, kthena10Manifest)
+	mb.Spec.Backend.SchedulerName = "volcano"
+	ms = build(t, mb).ModelServings[0]
+	assert.Equal(t, "volcano", ms.Spec.SchedulerName)
+	assert.Equal(t, "volcano", ms.Spec.Template.Roles[0].EntryTemplate.Spec.SchedulerName)
+	assert.Equal(t, "volcano", ms.Spec.Template.Roles[0].WorkerTemplate.Spec.SchedulerName)
+}
+
+// A listed backend with fixed replicas stays out of the model's autoscaling.
+func TestBoosterFixedBackendBesideAutoscaledOnes(t *testing.T) {
+	mb := parseBooster(t, `
+metadata: {name: llama, namespace: ns, uid: mb-uid}
+spec:
+  autoscalingPolicy: {metrics: [{metricName: "vllm:num_requests_waiting", targetValue: "4"}]}
+  backends:
+  - {name: fixed, type: vLLM, modelURI: "hf://m", replicas: 2, workers: [{}]}
+  - {name: scaled, type: vLLM, modelURI: "hf://m", minReplicas: 1, maxReplicas: 4, workers: [{}]}
+`)
+	objs := build(t, mb)
+	assert.Equal(t, int32(2), *objs.ModelServings[0].Spec.Replicas)
+	assert.False(t, BackendAutoscaled(mb, &mb.Spec.Backends[0]))
+	assert.True(t, BackendAutoscaled(mb, &mb.Spec.Backends[1]))
+	require.Len(t, objs.Bindings, 1)
+	params := objs.Bindings[0].Spec.OptimizerConfiguration.Params
+	require.Len(t, params, 1)
+	assert.Equal(t, "llama-scaled", params[0].Target.TargetRef.Name)
+}
+
+// The shapes' rules, repeated from the CRD's CEL: every error names its field.
+func TestBoosterShapeErrors(t *testing.T) {
+	backend := `{name: a, type: vLLM, modelURI: "hf://m", replicas: 1, workers: [{}]}`
+	for _, tc := range []struct {
+		name, spec string
+		want       []string
+	}{
+		{"both shapes", "backend: " + backend + "\n  backends: [" + backend + "]",
+			[]string{"spec.backend: Forbidden: spec.backend and spec.backends are mutually exclusive"}},
+		{"neither shape", "name: x",
+			[]string{"spec.backends: Required value: set spec.backends (a list of backends) or spec.backend"}},
+		{"single backend without replicas", `backend: {name: a, type: vLLM, modelURI: "hf://m", workers: [{}]}`,
+			[]string{"spec.backend.replicas: Required value"}},
+		{"single backend with the model's autoscaling", "backend: " + backend + "\n  autoscalingPolicy: {metrics: [{metricName: m, targetValue: \"1\"}]}\n  costExpansionRatePercent: 100",
+			[]string{"spec.autoscalingPolicy: Forbidden", "spec.costExpansionRatePercent: Forbidden"}},
+		{"fixed replicas with a range", `backend: {name: a, type: vLLM, modelURI: "hf://m", replicas: 1, minReplicas: 1, maxReplicas: 2, workers: [{}]}`,
+			[]string{"spec.backend.minReplicas: Forbidden", "spec.backend.maxReplicas: Forbidden"}},
+		{"listed fixed backend with a policy", `backends: [{name: a, type: vLLM, modelURI: "hf://m", replicas: 1, autoscalingPolicy: {metrics: [{metricName: m, targetValue: "1"}]}, workers: [{}]}]`,
+			[]string{"spec.backends[0].autoscalingPolicy: Forbidden"}},
+		{"single backend's own errors", `backend: {name: a, type: vLLM, modelURI: "ftp://m", replicas: 1, workers: [{type: decode}]}`,
+			[]string{"spec.backend.modelURI: Invalid value", `spec.backend.workers[0].type: Unsupported value: "decode"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mb := parseBooster(t, "metadata: {name: llama, namespace: ns}\nspec:\n  "+tc.spec+"\n")
+			objs, err := BuildObjects(mb)
+			require.Error(t, err)
+			assert.Nil(t, objs)
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
 }

@@ -46,8 +46,7 @@ func (r *Reconciler) readyCondition(ctx context.Context, mb *workloadv1alpha1.Mo
 		return metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse, Reason: ReasonNameConflict, Message: strings.Join(conflicts, "; ")}, nil
 	}
 	var notReady []string
-	for i := range mb.Spec.Backends {
-		b := &mb.Spec.Backends[i]
+	for _, b := range Backends(mb) {
 		ms := &workloadv1alpha1.ModelServing{}
 		name := ObjectName(mb.Name, b.Name)
 		if err := r.Get(ctx, types.NamespacedName{Namespace: mb.Namespace, Name: name}, ms); apierrors.IsNotFound(err) {
@@ -99,8 +98,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, mb *workloadv1alpha1.Model
 	st := mb.Status.DeepCopy()
 	st.ObservedGeneration = mb.Generation
 	st.BackendStatuses = nil
-	for i := range mb.Spec.Backends {
-		b := &mb.Spec.Backends[i]
+	for _, b := range Backends(mb) {
 		bs := workloadv1alpha1.ModelBackendStatus{Name: b.Name}
 		ms := &workloadv1alpha1.ModelServing{}
 		err := r.Get(ctx, types.NamespacedName{Namespace: mb.Namespace, Name: ObjectName(mb.Name, b.Name)}, ms)

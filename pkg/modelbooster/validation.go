@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
@@ -17,9 +18,7 @@ import (
 func Validate(mb *workloadv1alpha1.ModelBooster) field.ErrorList {
 	var errs field.ErrorList
 	backends := field.NewPath("spec", "backends")
-	if len(mb.Spec.Backends) == 0 {
-		errs = append(errs, field.Required(backends, "at least one backend is required"))
-	}
+	errs = append(errs, validateShape(mb)...)
 	if len(mb.Spec.Backends) > maxRouteTargets {
 		errs = append(errs, field.TooMany(backends, len(mb.Spec.Backends), maxRouteTargets))
 	}
@@ -27,9 +26,8 @@ func Validate(mb *workloadv1alpha1.ModelBooster) field.ErrorList {
 	names := map[string]bool{}
 	adapterURL := map[string]string{} // adapter name -> artifactURL, across backends
 	adapterWhere := map[string]string{}
-	for i := range mb.Spec.Backends {
-		b := &mb.Spec.Backends[i]
-		p := backends.Index(i)
+	for i, b := range Backends(mb) {
+		p := BackendPath(mb, i)
 		if names[b.Name] {
 			errs = append(errs, field.Duplicate(p.Child("name"), b.Name))
 		}
@@ -41,9 +39,9 @@ func Validate(mb *workloadv1alpha1.ModelBooster) field.ErrorList {
 			continue
 		}
 		if b.ModelURI == "" {
-			errs = append(errs, field.Required(p.Child("modelURI"), "the engine needs a model to serve (hf://, s3:// or pvc://)"))
-		} else if !hasAnyPrefix(b.ModelURI, "hf://", "s3://", "pvc://") || len(uriPath(b.ModelURI)) == 0 {
-			errs = append(errs, field.Invalid(p.Child("modelURI"), b.ModelURI, "must be hf://<repo>, s3://<bucket>/<path> or pvc://<claim>[/<path>]"))
+			errs = append(errs, field.Required(p.Child("modelURI"), "the engine needs a model to serve (hf://, ms://, s3:// or pvc://)"))
+		} else if !hasAnyPrefix(b.ModelURI, "hf://", "ms://", "s3://", "pvc://") || len(uriPath(b.ModelURI)) == 0 {
+			errs = append(errs, field.Invalid(p.Child("modelURI"), b.ModelURI, "must be hf://<repo>, ms://<repo>, s3://<bucket>/<path> or pvc://<claim>[/<path>]"))
 		}
 		if b.CacheURI != "" && (!hasAnyPrefix(b.CacheURI, "hostpath://", "pvc://") || strings.Trim(uriPath(b.CacheURI), "/") == "") {
 			errs = append(errs, field.Invalid(p.Child("cacheURI"), b.CacheURI, "must be hostpath://<path> or pvc://<claim>[/<path>]"))
@@ -73,6 +71,50 @@ func Validate(mb *workloadv1alpha1.ModelBooster) field.ErrorList {
 	return errs
 }
 
+// validateShape repeats the CRD's CEL rules on the two shapes (so a ModelBooster stored
+// under an older CRD is reported, not half-compiled): exactly one of spec.backends and
+// spec.backend; a backend's fixed replicas beside none of the autoscaling fields; the
+// single backend with replicas and without the model's autoscaling.
+func validateShape(mb *workloadv1alpha1.ModelBooster) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
+	switch {
+	case mb.Spec.Backend != nil && mb.Spec.Backends != nil:
+		errs = append(errs, field.Forbidden(spec.Child("backend"), "spec.backend and spec.backends are mutually exclusive: set one"))
+	case mb.Spec.Backend == nil && len(mb.Spec.Backends) == 0:
+		errs = append(errs, field.Required(spec.Child("backends"), "set spec.backends (a list of backends) or spec.backend (one backend with fixed replicas)"))
+	}
+	if b := mb.Spec.Backend; b != nil {
+		if b.Replicas == nil {
+			errs = append(errs, field.Required(spec.Child("backend", "replicas"), "the single backend runs a fixed number of replicas"))
+		}
+		if mb.Spec.AutoscalingPolicy != nil {
+			errs = append(errs, field.Forbidden(spec.Child("autoscalingPolicy"), "scales spec.backends; spec.backend has fixed replicas"))
+		}
+		if mb.Spec.CostExpansionRatePercent != nil {
+			errs = append(errs, field.Forbidden(spec.Child("costExpansionRatePercent"), "applies to autoscaled spec.backends; spec.backend has fixed replicas"))
+		}
+	}
+	for i, b := range Backends(mb) {
+		if b.Replicas == nil {
+			continue
+		}
+		p := BackendPath(mb, i)
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"minReplicas", b.MinReplicas != 0}, {"maxReplicas", b.MaxReplicas != 0}, {"scalingCost", b.ScalingCost != 0},
+			{"scaleToZeroGracePeriod", b.ScaleToZeroGracePeriod != nil}, {"autoscalingPolicy", b.AutoscalingPolicy != nil},
+		} {
+			if f.set {
+				errs = append(errs, field.Forbidden(p.Child(f.name), "replicas fixes the backend's size; this field sizes an autoscaled backend"))
+			}
+		}
+	}
+	return errs
+}
+
 func supportedBackendTypes() []string {
 	out := make([]string, 0, len(boosterEngines))
 	for t := range boosterEngines {
@@ -86,7 +128,7 @@ func supportedBackendTypes() []string {
 // the ModelServing name is the value of its pods' modelserving.volcano.sh/name label, and
 // "<name>-<group>" the value of their group-name label (63 characters at most each).
 func validateBackendName(mb *workloadv1alpha1.ModelBooster, b *workloadv1alpha1.ModelBackend, p *field.Path) field.ErrorList {
-	groups := max(b.MaxReplicas, b.MinReplicas, 1)
+	groups := max(b.MaxReplicas, b.MinReplicas, ptr.Deref(b.Replicas, 0), 1)
 	longest := workloadv1alpha1.ServingGroupName(ObjectName(mb.Name, b.Name), int(groups-1))
 	if msgs := validation.IsValidLabelValue(longest); len(msgs) > 0 {
 		return field.ErrorList{field.Invalid(p.Child("name"), b.Name,

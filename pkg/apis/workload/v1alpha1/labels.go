@@ -35,6 +35,19 @@ const (
 	// and binding).
 	ModelBoosterBackendLabel = "modelbooster.volcano.sh/backend"
 
+	// Kthena's ModelBooster controller labels what it generates (ModelServing, ModelServer,
+	// ModelRoute and the pod templates) with these keys; Berth sets them too, beside its
+	// own, so selectors written for Kthena find the same objects and pods.
+	// KthenaModelNameLabel is the ModelBooster's metadata.name.
+	KthenaModelNameLabel = GroupName + "/model-name"
+	// KthenaBackendNameLabel is the backend's name ("" on the objects shared by every
+	// backend, as Kthena writes it on the ModelRoute).
+	KthenaBackendNameLabel = GroupName + "/backend-name"
+	// KthenaManagedByLabel is KthenaManagedByValue on every generated object.
+	KthenaManagedByLabel = GroupName + "/managed-by"
+	// KthenaManagedByValue is the value Kthena gives KthenaManagedByLabel: the API group.
+	KthenaManagedByValue = GroupName
+
 	// ScaleToZeroGracePeriodAnnotation on a scale target (for example a ModelServing) is the
 	// Go duration its autoscaler waits, with a recommendation of zero the whole time, before
 	// it takes the target from one replica to zero. ModelBooster sets it from a backend's

@@ -9,6 +9,16 @@ import (
 )
 
 // ModelBoosterSpec defines the desired state of ModelBooster.
+//
+// Two shapes are accepted: the spec's (Kthena v0.1) list of backends, each sized between
+// minReplicas and maxReplicas and optionally autoscaled, and Kthena 1.0's single backend
+// with a fixed replica count. Exactly one of backends and backend is set.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.backends) || has(self.backend)",message="set spec.backends (a list of backends) or spec.backend (one backend with fixed replicas, as Kthena 1.0 writes it)",fieldPath=".backends",reason=FieldValueRequired
+// +kubebuilder:validation:XValidation:rule="!has(self.backends) || !has(self.backend)",message="spec.backend and spec.backends are mutually exclusive: set one",fieldPath=".backend",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.backend) || has(self.backend.replicas)",message="spec.backend needs replicas: the single backend runs a fixed number of replicas",fieldPath=".backend.replicas",reason=FieldValueRequired
+// +kubebuilder:validation:XValidation:rule="!has(self.backend) || !has(self.autoscalingPolicy)",message="spec.autoscalingPolicy scales spec.backends; spec.backend has fixed replicas",fieldPath=".autoscalingPolicy",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.backend) || !has(self.costExpansionRatePercent)",message="spec.costExpansionRatePercent applies to autoscaled spec.backends; spec.backend has fixed replicas",fieldPath=".costExpansionRatePercent",reason=FieldValueForbidden
 type ModelBoosterSpec struct {
 	// Name is the name of the model. ModelBooster CR name is restricted by kubernetes, for example, can't contain uppercase letters.
 	// So we use this field to specify the ModelBooster name.
@@ -25,10 +35,20 @@ type ModelBoosterSpec struct {
 	// ModelBackend is the minimum unit of inference instance. It can be vLLM, SGLang, MindIE or other types.
 	// Backend names are unique: the list is keyed by name, so the apiserver itself rejects a
 	// duplicate (a CEL rule over an unbounded list would not pass the cost budget).
+	// Exactly one of backends and backend is set.
+	// +optional
 	// +kubebuilder:validation:MinItems=1
 	// +listType=map
 	// +listMapKey=name
-	Backends []ModelBackend `json:"backends"`
+	Backends []ModelBackend `json:"backends,omitempty"`
+
+	// Backend is the model's one backend as Kthena 1.0 writes it: replicas (required here) is
+	// its fixed number of replicas, and nothing autoscales it (minReplicas, maxReplicas,
+	// scalingCost, scaleToZeroGracePeriod and autoscalingPolicy are refused, here and in
+	// spec.autoscalingPolicy / costExpansionRatePercent). Berth runs it as a list of one.
+	// Exactly one of backends and backend is set.
+	// +optional
+	Backend *ModelBackend `json:"backend,omitempty"`
 
 	// AutoscalingPolicy references the autoscaling policy to be used for this model.
 	// +optional
@@ -67,6 +87,7 @@ const (
 // ModelBackend defines the configuration for a model backend.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas cannot exceed maxReplicas",fieldPath=".minReplicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || !(has(self.minReplicas) || has(self.maxReplicas) || has(self.scalingCost) || has(self.scaleToZeroGracePeriod) || has(self.autoscalingPolicy))",message="replicas fixes the backend's size (Kthena 1.0); minReplicas, maxReplicas, scalingCost, scaleToZeroGracePeriod and autoscalingPolicy size an autoscaled one: set one or the other",fieldPath=".replicas"
 type ModelBackend struct {
 	// Name is the name of the backend. Can't duplicate with other ModelBackend name in the same ModelBooster CR.
 	// Note: update name will cause the old modelInfer deletion and a new modelInfer creation.
@@ -76,9 +97,10 @@ type ModelBackend struct {
 	// Type is the type of the backend.
 	Type ModelBackendType `json:"type"`
 
-	// ModelURI is the URI where you download the model. Support hf://, s3://, pvc://.
+	// ModelURI is the URI where you download the model. Support hf://, s3://, pvc://, and
+	// ms:// (ModelScope, Kthena 1.0).
 	// +optional
-	// +kubebuilder:validation:Pattern=`^(hf://|s3://|pvc://).+`
+	// +kubebuilder:validation:Pattern=`^(hf://|s3://|pvc://|ms://).+`
 	ModelURI string `json:"modelURI,omitempty"`
 
 	// CacheURI is the URI where the downloaded model stored. Support hostpath://, pvc://.
@@ -96,6 +118,13 @@ type ModelBackend struct {
 	// +optional
 	// +listType=atomic
 	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Replicas is the fixed number of replicas for the backend (Kthena 1.0; required in
+	// spec.backend). A backend with replicas is never autoscaled.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	Replicas *int32 `json:"replicas,omitempty"`
 
 	// MinReplicas is the minimum number of replicas for the backend.
 	// +optional
@@ -140,6 +169,16 @@ type ModelBackend struct {
 	// AutoscalingPolicyRef references the autoscaling policy for this backend.
 	// +optional
 	AutoscalingPolicy *AutoscalingPolicySpec `json:"autoscalingPolicy,omitempty"`
+
+	// SchedulerName is the scheduler of the backend's ModelServing and pods (Kthena 1.0).
+	// Default berth-scheduler.
+	// +optional
+	SchedulerName string `json:"schedulerName,omitempty"`
+
+	// RuntimeClassName refers to a RuntimeClass object in the node.k8s.io group, which
+	// should be used to run pods generated for this backend (Kthena 1.0).
+	// +optional
+	RuntimeClassName *string `json:"runtimeClassName,omitempty"`
 }
 
 // ModelWorkerType defines the type of model worker.
@@ -189,6 +228,11 @@ type ModelWorker struct {
 	// Affinity specifies the affinity rules for scheduling the worker pods.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// Tolerations specifies the tolerations for scheduling the worker pods (Kthena 1.0).
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
 	// Config contains worker-specific configuration in JSON format.
 	// You can find vLLM config here https://docs.vllm.ai/en/stable/configuration/engine_args.html

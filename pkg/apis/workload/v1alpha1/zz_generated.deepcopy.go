@@ -543,6 +543,11 @@ func (in *ModelBackend) DeepCopyInto(out *ModelBackend) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Replicas != nil {
+		in, out := &in.Replicas, &out.Replicas
+		*out = new(int32)
+		**out = **in
+	}
 	if in.RouteWeight != nil {
 		in, out := &in.RouteWeight, &out.RouteWeight
 		*out = new(int32)
@@ -569,6 +574,11 @@ func (in *ModelBackend) DeepCopyInto(out *ModelBackend) {
 		in, out := &in.AutoscalingPolicy, &out.AutoscalingPolicy
 		*out = new(AutoscalingPolicySpec)
 		(*in).DeepCopyInto(*out)
+	}
+	if in.RuntimeClassName != nil {
+		in, out := &in.RuntimeClassName, &out.RuntimeClassName
+		*out = new(string)
+		**out = **in
 	}
 }
 
@@ -665,6 +675,11 @@ func (in *ModelBoosterSpec) DeepCopyInto(out *ModelBoosterSpec) {
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
+	}
+	if in.Backend != nil {
+		in, out := &in.Backend, &out.Backend
+		*out = new(ModelBackend)
+		(*in).DeepCopyInto(*out)
 	}
 	if in.AutoscalingPolicy != nil {
 		in, out := &in.AutoscalingPolicy, &out.AutoscalingPolicy
@@ -842,6 +857,13 @@ func (in *ModelWorker) DeepCopyInto(out *ModelWorker) {
 		in, out := &in.Affinity, &out.Affinity
 		*out = new(corev1.Affinity)
 		(*in).DeepCopyInto(*out)
+	}
+	if in.Tolerations != nil {
+		in, out := &in.Tolerations, &out.Tolerations
+		*out = make([]corev1.Toleration, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.Config != nil {
 		in, out := &in.Config, &out.Config
