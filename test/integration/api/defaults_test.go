@@ -167,6 +167,38 @@ spec:
 	assert.Equal(t, ptr.To[int32](1000), mb.Spec.AutoscalingPolicy.Behavior.ScaleUp.PanicPolicy.Percent)
 }
 
+// A ModelBooster as Kthena 1.0 writes it (one backend, its replicas, runtime class,
+// scheduler and worker tolerations) is stored as written, with the same defaults.
+func TestDefaultsModelBoosterKthena10Backend(t *testing.T) {
+	mb := createMinimal[workloadv1alpha1.ModelBooster](t, `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelBooster
+metadata: {name: minimal}
+spec:
+  backend:
+    name: main
+    type: vLLM
+    modelURI: ms://Qwen/Qwen3-8B
+    replicas: 0
+    schedulerName: volcano
+    runtimeClassName: nvidia
+    workers:
+    - image: vllm/vllm-openai:v0.11.0
+      tolerations: [{key: dedicated, operator: Equal, value: inference, effect: NoSchedule}]
+`)
+	assert.Nil(t, mb.Spec.Backends)
+	b := mb.Spec.Backend
+	require.NotNil(t, b, "spec.backend")
+	assert.Equal(t, ptr.To[int32](0), b.Replicas, "an explicit 0 is kept")
+	assert.Equal(t, "volcano", b.SchedulerName)
+	assert.Equal(t, ptr.To("nvidia"), b.RuntimeClassName)
+	assert.Equal(t, "ms://Qwen/Qwen3-8B", b.ModelURI)
+	assert.Equal(t, ptr.To[int32](100), b.RouteWeight, "backend.routeWeight")
+	assert.Equal(t, workloadv1alpha1.ModelWorkerTypeServer, b.Workers[0].Type, "workers[0].type")
+	require.Len(t, b.Workers[0].Tolerations, 1)
+	assert.Equal(t, "inference", b.Workers[0].Tolerations[0].Value)
+}
+
 func TestDefaultsModelRoute(t *testing.T) {
 	mr := createMinimal[networkingv1alpha1.ModelRoute](t, `
 apiVersion: networking.serving.volcano.sh/v1alpha1

@@ -39,6 +39,20 @@ spec:
     modelURI: hf://Qwen/Qwen3-8B
     workers: [{image: vllm}]
 `
+	// validKthena10ModelBooster is the same model as Kthena 1.0 writes it: one backend with a
+	// fixed replica count.
+	validKthena10ModelBooster = `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelBooster
+metadata: {name: bad}
+spec:
+  backend:
+    name: main
+    type: vLLM
+    modelURI: hf://Qwen/Qwen3-8B
+    replicas: 1
+    workers: [{image: vllm}]
+`
 	validPolicy = `
 apiVersion: workload.serving.volcano.sh/v1alpha1
 kind: AutoscalingPolicy
@@ -224,6 +238,30 @@ func TestValidationRejectsBadInput(t *testing.T) {
 		{"backend minReplicas above maxReplicas", validModelBooster, func(o map[string]any) {
 			backend(o)["minReplicas"], backend(o)["maxReplicas"] = 5, 2
 		}, "spec.backends[0].minReplicas", "cannot exceed maxReplicas"},
+		// ModelBooster: the spec's backends beside Kthena 1.0's backend, exactly one.
+		{"both backends and backend", validModelBooster, func(o map[string]any) {
+			dig(o, "spec")["backend"] = map[string]any{"name": "one", "type": "vLLM", "modelURI": "hf://Qwen/Qwen3-8B", "replicas": 1,
+				"workers": []any{map[string]any{"image": "vllm"}}}
+		}, "spec.backend", "spec.backend and spec.backends are mutually exclusive"},
+		{"neither backends nor backend", validModelBooster, func(o map[string]any) { delete(dig(o, "spec"), "backends") },
+			"spec.backends", "set spec.backends (a list of backends) or spec.backend"},
+		{"neither backend nor backends", validKthena10ModelBooster, func(o map[string]any) { delete(dig(o, "spec"), "backend") },
+			"spec.backends", "set spec.backends (a list of backends) or spec.backend"},
+		{"single backend without replicas", validKthena10ModelBooster, func(o map[string]any) { delete(dig(o, "spec", "backend"), "replicas") },
+			"spec.backend.replicas", "spec.backend needs replicas"},
+		{"single backend with the model's autoscaling", validKthena10ModelBooster, func(o map[string]any) {
+			dig(o, "spec")["autoscalingPolicy"] = map[string]any{"metrics": []any{map[string]any{"metricName": "waiting", "targetValue": "10"}}}
+		}, "spec.autoscalingPolicy", "spec.backend has fixed replicas"},
+		{"single backend autoscaled by a range", validKthena10ModelBooster, func(o map[string]any) {
+			dig(o, "spec", "backend")["maxReplicas"] = 4
+		}, "spec.backend.replicas", "replicas fixes the backend's size"},
+		{"listed backend with replicas and a range", validModelBooster, func(o map[string]any) {
+			backend(o)["replicas"], backend(o)["minReplicas"] = 2, 1
+		}, "spec.backends[0].replicas", "set one or the other"},
+		{"single backend with negative replicas", validKthena10ModelBooster, func(o map[string]any) { dig(o, "spec", "backend")["replicas"] = -1 },
+			"spec.backend.replicas", "greater than or equal to 0"},
+		{"single backend model over ftp", validKthena10ModelBooster, func(o map[string]any) { dig(o, "spec", "backend")["modelURI"] = "ftp://m" },
+			"spec.backend.modelURI", "should match"},
 
 		// AutoscalingPolicy and its binding
 		{"tolerance above 100", validPolicy, func(o map[string]any) { dig(o, "spec")["tolerancePercent"] = 150 },
