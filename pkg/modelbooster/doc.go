@@ -1,5 +1,6 @@
 // Package modelbooster runs Kthena's ModelBooster on Berth: one model served by one or more
-// backends compiles into a ModelServing per backend (placed by berth-scheduler), a
+// backends (the spec's spec.backends, or Kthena 1.0's single spec.backend, read as a list of
+// one through Backends) compiles into a ModelServing per backend (placed by berth-scheduler), a
 // ModelServer per backend and one ModelRoute (read by berth-router), and AutoscalingPolicies
 // with their bindings (read by the autoscaler). The reconciler keeps those objects in step
 // with the spec, deletes the ones the spec no longer asks for, loads LoRA adapters into the
