@@ -325,7 +325,11 @@ func (w *world) playHPA(hpa *autoscalingv2.HorizontalPodAutoscaler) func() {
 			if current > 0 && math.Abs(value/(target*float64(current))-1) <= 0.1 {
 				continue
 			}
-			want := min(max(int32(math.Ceil(value/target)), *hpa.Spec.MinReplicas), hpa.Spec.MaxReplicas)
+			lo := int32(1) // the HPA's default minReplicas
+			if hpa.Spec.MinReplicas != nil {
+				lo = *hpa.Spec.MinReplicas
+			}
+			want := min(max(int32(math.Ceil(value/target)), lo), hpa.Spec.MaxReplicas)
 			if want != current {
 				// The HPA writes the scale subresource, as kubectl scale does.
 				sc := &autoscalingv1.Scale{}
@@ -337,4 +341,62 @@ func (w *world) playHPA(hpa *autoscalingv2.HorizontalPodAutoscaler) func() {
 		}
 	}()
 	return func() { close(done); <-stopped }
+}
+
+// The variants of one model are sized together whichever way they are declared: a
+// VariantAutoscaling in llm-d v0.5's shape (variantCost 10) and an annotated HPA
+// (llm-d.ai/variant-cost 80) serving the same model behind one ModelServer. Under load
+// every added replica goes to the cheaper variant; the dearer one stays at one.
+func TestLLMDVariantsOfOneModelScaleCheapestFirst(t *testing.T) {
+	w := newWorld(t, 1)
+	w.servedBatch("mix-cheap", "mix", "mix", 1, 4)
+	w.servedBatch("mix-dear", "mix", "mix", 1, 4)
+	w.route("mix", "mix")
+	w.waitAvailable("mix-cheap", 1)
+	w.waitAvailable("mix-dear", 1)
+	logs := w.watchReplicas("mix-cheap", "mix-dear")
+	w.apply(`
+apiVersion: llmd.ai/v1alpha1
+kind: VariantAutoscaling
+metadata: {name: mix-cheap}
+spec:
+  scaleTargetRef: {apiVersion: workload.serving.volcano.sh/v1alpha1, kind: ModelServing, name: mix-cheap}
+  modelID: mix
+  variantCost: "10"
+`, fmt.Sprintf(`
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: mix-dear
+  annotations: {llm-d.ai/managed: "true", llm-d.ai/model-id: mix, llm-d.ai/variant-cost: "80"}
+spec:
+  scaleTargetRef: {apiVersion: workload.serving.volcano.sh/v1alpha1, kind: ModelServing, name: mix-dear}
+  maxReplicas: 5
+  metrics:
+  - type: External
+    external:
+      metric:
+        name: wva_desired_replicas
+        selector: {matchLabels: {variant_name: mix-dear, exported_namespace: %s}}
+      target: {type: AverageValue, averageValue: "1"}
+`, w.ns))
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+	require.NoError(t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "mix-dear"}, hpa))
+	stop := w.playHPA(hpa)
+	defer stop()
+	w.eventually("both variants sized", 20*time.Second, func() bool {
+		s, reason, _ := readyOf(w.variant("mix-cheap"))
+		return s == "True" && reason == "Optimized" && len(selectedByHPA(t, hpa)) == 1
+	})
+
+	l := w.startLoad("mix", 24, 200)
+	w.eventually("the cheap variant scaled up", 60*time.Second, func() bool { return logs["mix-cheap"].last() >= 3 })
+	_, _, msg := readyOf(w.variant("mix-cheap"))
+	assert.Contains(t, msg, "mix-dear (HorizontalPodAutoscaler)", "the HPA's variant is sized with the VariantAutoscaling's")
+	l.end()
+	w.eventually("the cheap variant scaled down", 60*time.Second, func() bool { return logs["mix-cheap"].last() == 1 })
+	t.Logf("replicas: cheap %v, dear %v", logs["mix-cheap"].values(), logs["mix-dear"].values())
+	assert.Equal(t, []int32{1}, logs["mix-dear"].values(), "no replica went to the dearer variant")
+	assertSteps(t, logs["mix-cheap"].values())
+	assert.Zero(t, l.bad.Load(), "no request failed while scaling")
 }
