@@ -61,6 +61,12 @@ func reportVariants(ctx context.Context, cl client.Client, syncPeriod time.Durat
 			continue
 		}
 		d, cur := va.Status.DesiredOptimizedAlloc, va.Status.CurrentAlloc
+		if cur == nil || d == nil { // llm-d v0.5's shape writes no currentAlloc
+			if d != nil {
+				fmt.Fprintf(out, "  %s/%s  %s: optimized %d × %s, applied %t\n", va.Namespace, va.Name, va.Spec.ModelID, d.NumReplicas, d.Accelerator, va.Status.Actuation.Applied)
+			}
+			continue
+		}
 		fmt.Fprintf(out, "  %s/%s  %s: %d × %s now (cost %s, %s req/min), optimized %d × %s, applied %t\n",
 			va.Namespace, va.Name, va.Spec.ModelID, cur.NumReplicas, cur.Accelerator, cur.VariantCost, cur.Load.ArrivalRate,
 			d.NumReplicas, d.Accelerator, va.Status.Actuation.Applied)

@@ -32,6 +32,8 @@ import (
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale/binding"
+	"github.com/berth-sh/berth/pkg/autoscale/managedscalers"
+	"github.com/berth-sh/berth/pkg/autoscale/modelvariants"
 	"github.com/berth-sh/berth/pkg/autoscale/variantscaler"
 	"github.com/berth-sh/berth/pkg/llmazserving"
 	"github.com/berth-sh/berth/pkg/modelbooster"
@@ -219,6 +221,19 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.M
 		}
 		costs = types.NamespacedName{Namespace: ns, Name: name}
 	}
+	// llm-d v0.5's variants (VariantAutoscalings in its shape, annotated HPAs and
+	// ScaledObjects) are sized together per model by one Sizer. Each run sizes on a
+	// replica's highest reading since the previous run, as llm-d sizes on max_over_time
+	// over its interval.
+	variantSync := o.VariantSyncPeriod
+	if variantSync <= 0 {
+		variantSync = 30 * time.Second
+	}
+	keda := servesScaledObjects(cached)
+	sizer := &modelvariants.Sizer{
+		Client: mgr.GetClient(), Scales: scales, Mapper: mgr.GetRESTMapper(), Scope: manage,
+		ScaledObjects: keda, PeakWindow: variantSync,
+	}
 	if err := (&variantscaler.Reconciler{
 		Scope:          manage,
 		Client:         mgr.GetClient(),
@@ -227,10 +242,38 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.M
 		SyncPeriod:     o.VariantSyncPeriod,
 		Actuation:      actuation,
 		CostsConfigMap: costs,
+		Variants:       sizer,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("VariantAutoscaling reconciler: %w", err)
 	}
+	if err := (&managedscalers.Reconciler{
+		Scope:         manage,
+		Client:        mgr.GetClient(),
+		Recorder:      mgr.GetEventRecorder("berth-variant-autoscaler"),
+		Sizer:         sizer,
+		ScaledObjects: keda,
+		SyncPeriod:    variantSync,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("llm-d annotated HPA/ScaledObject reconciler: %w", err)
+	}
 	return nil
+}
+
+// servesScaledObjects asks discovery once, at start, whether KEDA's ScaledObject kind is
+// served: KEDA is optional, and watching a kind the apiserver does not serve would fail
+// the cache sync. A KEDA installed later is seen after a restart.
+func servesScaledObjects(disc discovery.DiscoveryInterface) bool {
+	gv := modelvariants.ScaledObjectGVK.GroupVersion().String()
+	list, err := disc.ServerResourcesForGroupVersion(gv)
+	if err != nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Kind == modelvariants.ScaledObjectGVK.Kind {
+			return true
+		}
+	}
+	return false
 }
 
 // refreshingScaleKindResolver forgets cached discovery and asks again once when a kind's

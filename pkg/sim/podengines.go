@@ -274,6 +274,7 @@ func engineConfig(p *corev1.Pod, ms *networkingv1alpha1.ModelServer) (engine.Con
 		return cfg, false
 	}
 	cfg.Model = servedModel(p)
+	cfg.MaxBatch = maxBatch(p)
 	if strings.Contains(strings.ToLower(containerText(p)), "sglang") {
 		cfg.Flavor = engine.SGLang
 	}
@@ -345,37 +346,57 @@ func portOf(p *corev1.Pod, ms *networkingv1alpha1.ModelServer) int32 {
 // servedModel reads the model name from the first container's command line the way the
 // engines do: --served-model-name, else --model / --model-path, else `vllm serve <model>`.
 func servedModel(p *corev1.Pod) string {
-	if len(p.Spec.Containers) == 0 {
-		return ""
-	}
-	c := p.Spec.Containers[0]
-	args := append(append([]string{}, c.Command...), c.Args...)
-	var words []string
-	for _, a := range args {
-		words = append(words, strings.Fields(a)...) // "sh -c 'vllm serve x'" style
-	}
-	flagValue := func(names ...string) string {
-		for i, w := range words {
-			for _, n := range names {
-				if v, ok := strings.CutPrefix(w, n+"="); ok {
-					return strings.Trim(v, `"'`)
-				}
-				if w == n && i+1 < len(words) {
-					return strings.Trim(words[i+1], `"'`)
-				}
-			}
-		}
-		return ""
-	}
-	if v := flagValue("--served-model-name"); v != "" {
+	if v := engineFlag(p, "--served-model-name"); v != "" {
 		return v
 	}
-	if v := flagValue("--model", "--model-path"); v != "" {
+	if v := engineFlag(p, "--model", "--model-path"); v != "" {
 		return v
 	}
+	words := commandWords(p)
 	for i, w := range words {
 		if w == "serve" && i+1 < len(words) && !strings.HasPrefix(words[i+1], "-") {
 			return strings.Trim(words[i+1], `"'`)
+		}
+	}
+	return ""
+}
+
+// maxBatch is the engine's batch limit from its command line: vLLM's --max-num-seqs or
+// SGLang's --max-running-requests (0: the simulator's default).
+func maxBatch(p *corev1.Pod) int {
+	n, err := strconv.Atoi(engineFlag(p, "--max-num-seqs", "--max-running-requests"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// commandWords is the first container's command and args split into words
+// ("sh -c 'vllm serve x'" style included).
+func commandWords(p *corev1.Pod) []string {
+	if len(p.Spec.Containers) == 0 {
+		return nil
+	}
+	c := p.Spec.Containers[0]
+	var words []string
+	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
+		words = append(words, strings.Fields(a)...)
+	}
+	return words
+}
+
+// engineFlag is the value of the first of names on the first container's command line
+// (--flag value or --flag=value), "" when absent.
+func engineFlag(p *corev1.Pod, names ...string) string {
+	words := commandWords(p)
+	for i, w := range words {
+		for _, n := range names {
+			if v, ok := strings.CutPrefix(w, n+"="); ok {
+				return strings.Trim(v, `"'`)
+			}
+			if w == n && i+1 < len(words) {
+				return strings.Trim(words[i+1], `"'`)
+			}
 		}
 	}
 	return ""

@@ -40,6 +40,7 @@ import (
 
 	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale/modelvariants"
 	"github.com/berth-sh/berth/pkg/autoscale/podmetrics"
 	"github.com/berth-sh/berth/pkg/autoscale/variant"
 	"github.com/berth-sh/berth/pkg/scope"
@@ -103,6 +104,9 @@ type Reconciler struct {
 	// sloClassRef names no existing ConfigMap key and its namespace has no
 	// service-classes-config (default berth-system/service-classes-config).
 	ClassesConfigMap types.NamespacedName
+	// Variants sizes VariantAutoscalings written in llm-d v0.5's shape, with the annotated
+	// HPAs and ScaledObjects of the same model (shared with pkg/autoscale/managedscalers).
+	Variants *modelvariants.Sizer
 	// Now is the clock.
 	Now func() time.Time
 
@@ -161,7 +165,7 @@ func (r *Reconciler) variantsReading(ctx context.Context, obj client.Object) []r
 	}
 	var out []reconcile.Request
 	for _, va := range list.Items {
-		if costs || va.Spec.SLOClassRef.Name == obj.GetName() {
+		if costs || (va.Spec.SLOClassRef != nil && va.Spec.SLOClassRef.Name == obj.GetName()) {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: va.Namespace, Name: va.Name}})
 		}
 	}
@@ -199,7 +203,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := r.Now()
 	status := va.Status.DeepCopy()
 	status.ObservedGeneration = va.Generation
-	err := r.run(ctx, &va, status, now)
+	var err error
+	if va.Spec.IsV05() {
+		forget(va.Namespace, va.Name) // the spec shape's series, if the object changed shape
+		err = r.runV05(ctx, &va, status, now)
+	} else {
+		err = r.run(ctx, &va, status, now)
+	}
 	var p *problem
 	switch {
 	case errors.As(err, &p):
@@ -210,6 +220,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: ConditionReady, Status: metav1.ConditionFalse,
 			Reason: p.reason, Message: p.message, ObservedGeneration: va.Generation})
+		if va.Spec.IsV05() {
+			setLLMDConditions(status, va.Generation, p.reason, p.message)
+		}
 		logger.Info("variant not sized", "reason", p.reason, "message", p.message)
 	case err != nil:
 		runErrors.WithLabelValues("Error").Inc()
@@ -359,7 +372,10 @@ func (r *Reconciler) run(ctx context.Context, va *llmdv1alpha1.VariantAutoscalin
 // model in a ConfigMap named service-classes-config, in the variant's namespace or the
 // controller's. llm-d's samples rely on the latter (their sloClassRef names no real key).
 func (r *Reconciler) slo(ctx context.Context, va *llmdv1alpha1.VariantAutoscaling) (variant.SLO, string, error) {
-	ref := va.Spec.SLOClassRef
+	if va.Spec.SLOClassRef == nil {
+		return variant.SLO{}, "", &problem{ReasonSLOConfigNotFound, "spec.sloClassRef: Required value"}
+	}
+	ref := *va.Spec.SLOClassRef
 	var cm corev1.ConfigMap
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: va.Namespace, Name: ref.Name}, &cm)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -431,6 +447,9 @@ func (r *Reconciler) costs(ctx context.Context, ns string) (map[string]float64, 
 }
 
 func profilesOf(va *llmdv1alpha1.VariantAutoscaling) ([]variant.Profile, error) {
+	if va.Spec.ModelProfile == nil {
+		return nil, &problem{ReasonInvalidProfile, "spec.modelProfile: Required value"}
+	}
 	var out []variant.Profile
 	for i, a := range va.Spec.ModelProfile.Accelerators {
 		alpha, err1 := strconv.ParseFloat(a.Alpha, 64)
@@ -467,7 +486,7 @@ func (r *Reconciler) podsOf(ctx context.Context, ns string, sc *autoscalingv1.Sc
 			if s.Spec.WorkloadSelector == nil || len(s.Spec.WorkloadSelector.MatchLabels) == 0 {
 				continue
 			}
-			if labels.SelectorFromSet(s.Spec.WorkloadSelector.MatchLabels).Matches(podLabels) && s.Spec.WorkloadPort.Port != 0 {
+			if labels.SelectorFromSet(s.Spec.WorkloadSelector.MatchLabels).Matches(podLabels) && s.Spec.WorkloadPort != nil && s.Spec.WorkloadPort.Port != 0 {
 				ep.Port = s.Spec.WorkloadPort.Port
 				break
 			}
@@ -495,6 +514,10 @@ func (r *Reconciler) drop(key types.NamespacedName) {
 	}
 	r.mu.Unlock()
 	forget(key.Namespace, key.Name)
+	modelvariants.Forget(key.Namespace, key.Name)
+	if r.Variants != nil {
+		r.Variants.Forget(modelvariants.Variant{Source: modelvariants.SourceVariantAutoscaling, Namespace: key.Namespace, Name: key.Name})
+	}
 }
 
 func setReady(st *llmdv1alpha1.VariantAutoscalingStatus, gen int64, reason, msg string) {

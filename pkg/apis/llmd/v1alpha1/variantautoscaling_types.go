@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -10,19 +11,60 @@ import (
 const AcceleratorNameLabel = "inference.optimization/acceleratorName"
 
 // VariantAutoscalingSpec defines the desired state for autoscaling a model variant.
+//
+// It has two shapes, and an object is written in one of them. The spec's (seed 002):
+// modelID, sloClassRef and modelProfile, sized by llm-d's queueing model. llm-d v0.5's:
+// modelID, scaleTargetRef and variantCost, sized by llm-d's saturation analyzer. Both are
+// optional in the schema; the rules below refuse an object that mixes them or is neither,
+// naming the field.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.scaleTargetRef) || !(has(self.sloClassRef) || has(self.modelProfile))",messageExpression="'scaleTargetRef (llm-d v0.5) cannot be combined with ' + (has(self.sloClassRef) ? 'sloClassRef' : 'modelProfile') + ' (the spec shape): write a VariantAutoscaling in one shape'",reason=FieldValueForbidden,fieldPath=".scaleTargetRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.variantCost) || !(has(self.sloClassRef) || has(self.modelProfile))",messageExpression="'variantCost (llm-d v0.5) cannot be combined with ' + (has(self.sloClassRef) ? 'sloClassRef' : 'modelProfile') + ' (the spec shape): write a VariantAutoscaling in one shape'",reason=FieldValueForbidden,fieldPath=".variantCost"
+// +kubebuilder:validation:XValidation:rule="!has(self.modelProfile) || has(self.sloClassRef) || has(self.scaleTargetRef) || has(self.variantCost)",message="the spec shape has sloClassRef beside modelProfile",reason=FieldValueRequired,fieldPath=".sloClassRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.sloClassRef) || has(self.modelProfile) || has(self.scaleTargetRef) || has(self.variantCost)",message="the spec shape has modelProfile beside sloClassRef",reason=FieldValueRequired,fieldPath=".modelProfile"
+// +kubebuilder:validation:XValidation:rule="!has(self.variantCost) || has(self.scaleTargetRef) || has(self.sloClassRef) || has(self.modelProfile)",message="llm-d v0.5's shape has scaleTargetRef beside variantCost",reason=FieldValueRequired,fieldPath=".scaleTargetRef"
+// +kubebuilder:validation:XValidation:rule="has(self.sloClassRef) || has(self.modelProfile) || has(self.scaleTargetRef) || has(self.variantCost)",message="set sloClassRef and modelProfile (the spec shape) or scaleTargetRef (llm-d v0.5)",reason=FieldValueRequired,fieldPath=".sloClassRef"
 type VariantAutoscalingSpec struct {
 	// ModelID specifies the unique identifier of the model to be autoscaled.
+	// (Both shapes.)
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:Required
 	ModelID string `json:"modelID"`
 
 	// SLOClassRef references the ConfigMap key containing Service Level Objective (SLO) configuration.
-	// +kubebuilder:validation:Required
-	SLOClassRef ConfigMapKeyRef `json:"sloClassRef"`
+	// (The spec shape: required there.)
+	// +optional
+	SLOClassRef *ConfigMapKeyRef `json:"sloClassRef,omitempty"`
 
 	// ModelProfile provides resource and performance characteristics for the model variant.
-	// +kubebuilder:validation:Required
-	ModelProfile ModelProfile `json:"modelProfile"`
+	// (The spec shape: required there.)
+	// +optional
+	ModelProfile *ModelProfile `json:"modelProfile,omitempty"`
+
+	// ScaleTargetRef references the scalable resource to manage.
+	// This follows the same pattern as HorizontalPodAutoscaler.
+	// (llm-d v0.5's shape: required there. Berth scales any kind with a scale
+	// subresource; apiVersion defaults by kind: workload.serving.volcano.sh/v1alpha1 for
+	// a ModelServing, apps/v1 otherwise, as llm-d defaults a Deployment.)
+	// +optional
+	ScaleTargetRef *autoscalingv1.CrossVersionObjectReference `json:"scaleTargetRef,omitempty"`
+
+	// VariantCost specifies the cost per replica for this variant (used in saturation analysis).
+	// (llm-d v0.5's shape. llm-d's CRD defaults it to "10.0"; Berth applies that default
+	// when it reads the object instead, since a schema default would write a v0.5 field
+	// into every spec-shaped object.)
+	// +optional
+	// +kubebuilder:validation:Pattern=`^\d+(\.\d+)?$`
+	VariantCost string `json:"variantCost,omitempty"`
+}
+
+// DefaultVariantCost is llm-d's default variantCost.
+const DefaultVariantCost = "10.0"
+
+// IsV05 reports whether spec is written in llm-d v0.5's shape (scaleTargetRef,
+// variantCost) rather than the spec's (sloClassRef, modelProfile).
+func (s *VariantAutoscalingSpec) IsV05() bool {
+	return s.ScaleTargetRef != nil || s.VariantCost != ""
 }
 
 // ConfigMapKeyRef references a specific key within a ConfigMap.
@@ -167,12 +209,14 @@ type ActuationStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=va
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=".spec.scaleTargetRef.name"
 // +kubebuilder:printcolumn:name="Model",type=string,JSONPath=".spec.modelID"
 // +kubebuilder:printcolumn:name="Accelerator",type=string,JSONPath=".status.currentAlloc.accelerator"
 // +kubebuilder:printcolumn:name="CurrentReplicas",type=integer,JSONPath=".status.currentAlloc.numReplicas"
 // +kubebuilder:printcolumn:name="Optimized",type=string,JSONPath=".status.desiredOptimizedAlloc.numReplicas"
 // +kubebuilder:printcolumn:name="Applied",type=boolean,JSONPath=".status.actuation.applied"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="MetricsReady",type=string,JSONPath=`.status.conditions[?(@.type=="MetricsAvailable")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 
 // VariantAutoscaling is the Schema for the variantautoscalings API.
