@@ -3,9 +3,10 @@ package workload
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"hash/fnv"
 	"sort"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -26,6 +26,7 @@ import (
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/scope"
+	"github.com/berth-sh/berth/pkg/workload/plugins"
 )
 
 // Reconciler reconciles ModelServings. It is level-triggered: every pass derives what
@@ -109,7 +110,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	groups := observeGroups(ms, owned)
 	logger.V(4).Info("observed", "revision", revision, "groups", len(groups), "pods", len(owned))
 
-	// Rollout: replace groups on an old revision within maxUnavailable and maxSurge.
+	// Plugins (spec.plugins) change every pod before it is created: with one that cannot be
+	// used, no pod is created (nor deleted for a rollout) until the spec is fixed.
+	chain, pluginErr := plugins.NewChain(ms.Spec.Plugins)
+	if pluginErr != nil {
+		r.refusePlugins(ctx, ms, pluginErr)
+		return ctrl.Result{}, r.writeStatus(ctx, ms, revision, groups, pluginErr)
+	}
+
+	// Rollout: replace groups on an old revision within maxUnavailable and maxSurge
+	// (ServingGroupRollingUpdate), or outdated role replicas within each role's
+	// maxUnavailable (RoleRollingUpdate).
 	budget := budgetFor(ms)
 	remove, allowed := rolloutStep(ms, groups, revision, budget)
 	if len(remove) > 0 {
@@ -121,6 +132,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 		delete(groups, idx)
+	}
+	for _, rep := range roleRolloutStep(ms, groups, revision) {
+		if err := r.replaceRoleReplica(ctx, ms, revision, rep); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	// Scale down: remove the groups that go first until the count is right (a rollout may
 	// keep up to maxSurge extra groups while it runs).
@@ -143,8 +159,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// Every kept group: its PodGroup, Services, every pod it should have, and recovery.
 	var requeue time.Duration
+	templates := newRevisionTemplates(r.Client, ms, revision)
 	for _, idx := range sortedIndices(groups) {
-		wait, err := r.ensureGroup(ctx, ms, revision, groups[idx])
+		wait, err := r.ensureGroup(ctx, ms, revision, groups[idx], chain, templates)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -164,7 +181,55 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if requeue > 0 {
 		logger.V(4).Info("waiting out a restart grace period", "requeueAfter", requeue)
 	}
-	return ctrl.Result{RequeueAfter: requeue}, r.writeStatus(ctx, ms, revision, groups)
+	return ctrl.Result{RequeueAfter: requeue}, r.writeStatus(ctx, ms, revision, groups, nil)
+}
+
+// refusePlugins records, once per change of the problem, a Warning event naming the plugin
+// of spec.plugins that cannot be used; the PluginsAccepted condition says it too.
+func (r *Reconciler) refusePlugins(ctx context.Context, ms *workloadv1alpha1.ModelServing, err error) {
+	reason, msg := pluginsRefused(err)
+	log.FromContext(ctx).V(2).Info("plugins refused: no pod is created", "reason", reason, "why", msg)
+	if c := meta.FindStatusCondition(ms.Status.Conditions, workloadv1alpha1.ModelServingPluginsAccepted); c != nil &&
+		c.Status == metav1.ConditionFalse && c.Message == msg && c.ObservedGeneration == ms.Generation {
+		return // said already
+	}
+	r.Recorder.Eventf(ms, nil, corev1.EventTypeWarning, reason, actionRefuse, "%s", msg)
+}
+
+// pluginsRefused is the condition reason and message for a plugin that cannot be used.
+func pluginsRefused(err error) (reason, msg string) {
+	var pe *plugins.Error
+	if errors.As(err, &pe) {
+		return pe.Reason, fmt.Sprintf("%s; no pod is created until spec.plugins is fixed", pe.Error())
+	}
+	return plugins.ReasonInvalidPluginConfig, err.Error()
+}
+
+// replaceRoleReplica deletes the pods of a role replica a RoleRollingUpdate replaces; it
+// comes back from its role's current template once they are gone.
+func (r *Reconciler) replaceRoleReplica(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, rep roleReplacement) error {
+	u := rep.unit
+	group := workloadv1alpha1.ServingGroupName(ms.Name, rep.group)
+	replica := workloadv1alpha1.RoleReplicaName(u.role.Name, u.replica)
+	log.FromContext(ctx).V(2).Info("role rollout step", "group", group, "roleReplica", replica, "revision", revision, "pods", klog.KObjSlice(u.present))
+	var related runtime.Object
+	if len(u.present) > 0 {
+		related = u.present[0]
+	}
+	r.Recorder.Eventf(ms, related, corev1.EventTypeNormal, ReasonRoleRollingUpdate, actionDelete,
+		"replacing role replica %s of %s: role %s's template changed (revision %s)", replica, group, u.role.Name, revision)
+	now := metav1.Now()
+	for _, p := range u.present {
+		if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		// This pass's copy (listed, not the cache's) now reads as terminating, so recovery and
+		// pod creation leave the replica alone until its pods are gone.
+		p.DeletionTimestamp = &now
+		u.dying = append(u.dying, p)
+	}
+	u.present = nil
+	return nil
 }
 
 // groupNames names the groups of indices, for logs.
@@ -187,10 +252,9 @@ func sortedIndices(groups map[int]*servingGroup) []int {
 
 // ensureGroup creates whatever of group g is missing and applies the recovery policy to
 // what is broken. It returns how soon to look again when a recovery waits out its grace period.
-func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, g *servingGroup) (time.Duration, error) {
-	if rev := g.revision(); rev != "" {
-		revision = rev // a group keeps its revision until the rollout replaces it
-	}
+func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, g *servingGroup,
+	chain *plugins.Chain, templates *revisionTemplates) (time.Duration, error) {
+	groupRevision := g.revision()
 	if needsPodGroup(ms) {
 		if err := r.ensurePodGroup(ctx, ms, g.index); err != nil {
 			return 0, err
@@ -237,11 +301,17 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 		if u.terminating() {
 			continue // a unit starts together: wait until its old pods are gone
 		}
+		rev := unitRevision(ms, g.index, u, groupRevision, revision)
+		role := templates.role(ctx, rev, u.role)
 		for k, name := range u.names {
 			if _, ok := g.pods[name]; ok {
 				continue
 			}
-			pod := BuildPod(ms, revision, g.index, u.role, u.replica, k)
+			pod := BuildPod(ms, rev, g.index, role, u.replica, k)
+			if err := chain.OnPodCreate(&plugins.Pod{ModelServing: ms, Group: g.index, Role: role.Name,
+				RoleID: workloadv1alpha1.RoleReplicaName(role.Name, u.replica), Worker: k, Pod: pod}); err != nil {
+				return 0, err
+			}
 			if err := r.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
 				if err := r.removeStale(ctx, ms, pod); err != nil {
 					return 0, err
@@ -250,11 +320,29 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 			} else if err != nil {
 				return 0, fmt.Errorf("create pod %s: %w", name, err)
 			}
-			logger.V(4).Info("created pod", "group", group, "pod", klog.KObj(pod), "revision", revision)
+			logger.V(4).Info("created pod", "group", group, "pod", klog.KObj(pod), "revision", rev)
 			g.pods[name] = pod
 		}
 	}
 	return 0, nil
+}
+
+// unitRevision is the revision a role replica's missing pods are created under: that of its
+// live pods; under ServingGroupRollingUpdate that of its group's (a group keeps its
+// revision until the rollout replaces it whole); for a replica that keeps its revision
+// (below a partition) the status's currentRevision, the one not yet updated; else the
+// current one.
+func unitRevision(ms *workloadv1alpha1.ModelServing, group int, u *unit, groupRevision, revision string) string {
+	if rev := u.revision(); rev != "" {
+		return rev
+	}
+	if groupRevision != "" && rolloutType(ms) == workloadv1alpha1.ServingGroupRollingUpdate {
+		return groupRevision
+	}
+	if cur := ms.Status.CurrentRevision; cur != "" && protected(ms, group, u) {
+		return cur
+	}
+	return revision
 }
 
 // removeStale deletes a pod that has our pod's name but another owner: it belongs to a
@@ -339,27 +427,17 @@ func (r *Reconciler) deleteGroup(ctx context.Context, ms *workloadv1alpha1.Model
 	return client.IgnoreNotFound(r.Delete(ctx, pg))
 }
 
-// ensureRevision records the template as a ControllerRevision and returns its hash.
-//
-// The hash leaves out role replica counts and the gang policy: changing how many replicas a
-// role has scales the role inside every group, it does not roll every group.
+// ensureRevision records the template as a ControllerRevision and returns its hash
+// (templateHash).
 func (r *Reconciler) ensureRevision(ctx context.Context, ms *workloadv1alpha1.ModelServing) (string, error) {
 	raw, err := json.Marshal(ms.Spec.Template)
 	if err != nil {
 		return "", err
 	}
-	shape := ms.Spec.Template.DeepCopy()
-	shape.GangPolicy = nil
-	for i := range shape.Roles {
-		shape.Roles[i].Replicas = nil
-	}
-	hashed, err := json.Marshal(shape)
+	hash, err := templateHash(&ms.Spec.Template)
 	if err != nil {
 		return "", err
 	}
-	h := fnv.New32a()
-	_, _ = h.Write(hashed)
-	hash := rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
 	cr := &appsv1.ControllerRevision{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ms.Namespace, Name: fmt.Sprintf("%s-%s", ms.Name, hash),
@@ -394,7 +472,8 @@ func (r *Reconciler) pruneRevisions(ctx context.Context, ms *workloadv1alpha1.Mo
 	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name}); err != nil {
 		return err
 	}
-	inUse := map[string]bool{revision: true}
+	// The current revision too: a replica below a partition that is rebuilt comes back from it.
+	inUse := map[string]bool{revision: true, ms.Status.CurrentRevision: true}
 	for _, g := range groups {
 		for _, p := range g.pods {
 			inUse[p.Labels[workloadv1alpha1.RevisionLabel]] = true
@@ -421,15 +500,17 @@ func (r *Reconciler) pruneRevisions(ctx context.Context, ms *workloadv1alpha1.Mo
 }
 
 // writeStatus derives the status from the groups and writes it when it changed.
-func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup) error {
+//
+// Which groups count as updated is groupUpdated's rule. pluginErr, when not nil, is why spec.plugins is refused (condition PluginsAccepted).
+func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup, pluginErr error) error {
 	want := int32(ptr.Deref(ms.Spec.Replicas, 1))
 	st := ms.Status.DeepCopy()
 	st.ObservedGeneration = ms.Generation
 	st.Replicas = int32(len(groups))
 	st.UpdatedReplicas, st.AvailableReplicas, st.CurrentReplicas = 0, 0, 0
+	hashes := roleHashes(ms)
 	for _, g := range groups {
-		rev := g.revision()
-		if rev == revision || len(g.pods) == 0 {
+		if groupUpdated(ms, g, revision, hashes) {
 			st.UpdatedReplicas++
 		} else {
 			st.CurrentReplicas++
@@ -443,8 +524,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.Model
 		st.CurrentRevision = revision
 	}
 	st.UpdateRevision = revision
-	st.LabelSelector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: map[string]string{
-		workloadv1alpha1.ModelServingNameLabel: ms.Name, workloadv1alpha1.EntryLabel: "true"}})
+	st.LabelSelector = workloadv1alpha1.ScaleSelector(ms)
+	setPluginsCondition(st, ms, pluginErr)
 
 	setCondition(st, workloadv1alpha1.ModelServingAvailable, st.AvailableReplicas >= want,
 		"AllGroupsReady", fmt.Sprintf("%d/%d ServingGroups ready", st.AvailableReplicas, want),
@@ -472,6 +553,27 @@ func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.Model
 		return err
 	}
 	return nil
+}
+
+// setPluginsCondition says whether spec.plugins is usable; a ModelServing without plugins
+// has no such condition.
+func setPluginsCondition(st *workloadv1alpha1.ModelServingStatus, ms *workloadv1alpha1.ModelServing, pluginErr error) {
+	if len(ms.Spec.Plugins) == 0 {
+		meta.RemoveStatusCondition(&st.Conditions, workloadv1alpha1.ModelServingPluginsAccepted)
+		return
+	}
+	c := metav1.Condition{Type: workloadv1alpha1.ModelServingPluginsAccepted, ObservedGeneration: ms.Generation}
+	if pluginErr != nil {
+		c.Status = metav1.ConditionFalse
+		c.Reason, c.Message = pluginsRefused(pluginErr)
+	} else {
+		names := make([]string, len(ms.Spec.Plugins))
+		for i, p := range ms.Spec.Plugins {
+			names[i] = p.Name
+		}
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, "Accepted", "plugins applied to every new pod, in order: "+strings.Join(names, ", ")
+	}
+	meta.SetStatusCondition(&st.Conditions, c)
 }
 
 func setCondition(st *workloadv1alpha1.ModelServingStatus, typ string, ok bool, trueReason, trueMsg, falseReason, falseMsg string, gen int64) {

@@ -9,7 +9,8 @@ import (
 
 // Reasons of the events the ModelServing reconciler records on a ModelServing, each saying
 // which group and why (docs/controller.md lists them). The recovery reasons also label
-// berth_modelserving_recoveries_total.
+// berth_modelserving_recoveries_total. A plugin of spec.plugins that cannot be used is a
+// Warning with plugins.ReasonUnknownPlugin or plugins.ReasonInvalidPluginConfig.
 const (
 	// ReasonCreateGroup: a ServingGroup is created (scale-up, or a rollout's surge).
 	ReasonCreateGroup = "CreateGroup"
@@ -17,6 +18,9 @@ const (
 	ReasonScaledDown = "ScaledDown"
 	// ReasonRollingUpdate: a ServingGroup on an old revision is deleted, to come back on the new one.
 	ReasonRollingUpdate = "RollingUpdate"
+	// ReasonRoleRollingUpdate: a role replica built from an old template of its role is
+	// deleted, to come back from the current one (rolloutStrategy.type RoleRollingUpdate).
+	ReasonRoleRollingUpdate = "RoleRollingUpdate"
 	// ReasonScaleRole: pods of role replicas the spec no longer has are deleted.
 	ReasonScaleRole = "ScaleRole"
 	// ReasonReplacePod: recoveryPolicy None; a failed pod is replaced alone.
@@ -38,6 +42,7 @@ const (
 	actionCreate   = "Create"
 	actionDelete   = "Delete"
 	actionRecreate = "Recreate"
+	actionRefuse   = "Refuse"
 )
 
 // groupObject is the related object of an event about ServingGroup idx as a whole: its first

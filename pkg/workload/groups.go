@@ -62,6 +62,49 @@ func (g *servingGroup) revision() string {
 	return rev
 }
 
+// mixedRevisions says whether the group's live pods were created under more than one
+// revision: a RoleRollingUpdate replaced some roles' replicas and left the others.
+func (g *servingGroup) mixedRevisions() bool {
+	rev := ""
+	for _, p := range g.pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		r := p.Labels[workloadv1alpha1.RevisionLabel]
+		if rev == "" {
+			rev = r
+		} else if r != rev {
+			return true
+		}
+	}
+	return false
+}
+
+// rolesCurrent says whether every live pod of the group was built from its role's current
+// template (hashes: RoleTemplateHash by role): a RoleRollingUpdate has nothing left to do
+// in it, whatever revision its pods were created under.
+func (g *servingGroup) rolesCurrent(hashes map[string]string, revision string) bool {
+	for _, p := range g.pods {
+		if p.DeletionTimestamp == nil && !onCurrentRoleTemplate(p, hashes, revision) {
+			return false
+		}
+	}
+	return true
+}
+
+// onCurrentRoleTemplate says whether pod p was built from its role's current template.
+// Pods created before pods carried the role template hash compare by revision.
+func onCurrentRoleTemplate(p *corev1.Pod, hashes map[string]string, revision string) bool {
+	want, ok := hashes[p.Labels[workloadv1alpha1.RoleLabel]]
+	if !ok {
+		return false
+	}
+	if h, ok := p.Labels[workloadv1alpha1.RoleTemplateHashLabel]; ok {
+		return h == want
+	}
+	return p.Labels[workloadv1alpha1.RevisionLabel] == revision
+}
+
 // ready says whether every pod of a complete group is Ready: the group can serve.
 func (g *servingGroup) ready(ms *workloadv1alpha1.ModelServing) bool {
 	if len(g.pods) != expectedPods(ms) {

@@ -28,9 +28,6 @@ const (
 // (workloadv1alpha1.BerthSchedulerName) read Volcano PodGroups.
 const volcanoScheduler = "volcano"
 
-// RoleReplicaName is replica j of role r: "<r>-<j>"; it is also the Volcano task name.
-func RoleReplicaName(role string, j int) string { return fmt.Sprintf("%s-%d", role, j) }
-
 // PodName is pod k (0 = entry, 1..workers) of role replica j of role r in group i.
 func PodName(ms string, i int, role string, j, k int) string {
 	return fmt.Sprintf("%s-%d-%s-%d-%d", ms, i, role, j, k)
@@ -91,8 +88,10 @@ func minRoleReplicas(ms *workloadv1alpha1.ModelServing, r *workloadv1alpha1.Role
 
 // BuildPodGroup is the Volcano PodGroup of group i, exactly as DESIGN.md's contract says:
 // minTaskMember per role replica in the minimum, minMember their sum, minResources the
-// summed requests of those pods, the group's networkTopology, and one subGroupPolicy per
-// role with workers so a role replica is placed whole.
+// summed requests of those pods, the group's networkTopology (the spec's flat form or Kthena
+// 1.0's groupPolicy), and one subGroupPolicy per role with workers so a role replica is
+// placed whole. With Kthena 1.0's rolePolicy every role has a subGroupPolicy entry, carrying
+// the policy as its networkTopology, as Kthena's controller writes it.
 func BuildPodGroup(ms *workloadv1alpha1.ModelServing, i int) *volcanov1beta1.PodGroup {
 	name := workloadv1alpha1.ServingGroupName(ms.Name, i)
 	pg := &volcanov1beta1.PodGroup{
@@ -107,22 +106,24 @@ func BuildPodGroup(ms *workloadv1alpha1.ModelServing, i int) *volcanov1beta1.Pod
 	}
 	pg.Spec.MinTaskMember = map[string]int32{}
 	minResources := corev1.ResourceList{}
+	groupTopology, roleTopology := ms.Spec.Template.NetworkTopology.Policies()
 	for ri := range ms.Spec.Template.Roles {
 		r := &ms.Spec.Template.Roles[ri]
 		size := int32(1 + r.WorkerReplicas)
 		for j := 0; j < minRoleReplicas(ms, r); j++ {
-			pg.Spec.MinTaskMember[RoleReplicaName(r.Name, j)] = size
+			pg.Spec.MinTaskMember[workloadv1alpha1.RoleReplicaName(r.Name, j)] = size
 			pg.Spec.MinMember += size
 			addRequests(minResources, &r.EntryTemplate.Spec, 1)
 			if r.WorkerTemplate != nil {
 				addRequests(minResources, &r.WorkerTemplate.Spec, int(r.WorkerReplicas))
 			}
 		}
-		if r.WorkerReplicas > 0 {
+		if r.WorkerReplicas > 0 || roleTopology != nil {
 			pg.Spec.SubGroupPolicy = append(pg.Spec.SubGroupPolicy, volcanov1beta1.SubGroupPolicySpec{
-				Name:         r.Name,
-				SubGroupSize: ptr.To(size),
-				MinSubGroups: ptr.To[int32](0),
+				Name:            r.Name,
+				NetworkTopology: roleTopology.DeepCopy(),
+				SubGroupSize:    ptr.To(size),
+				MinSubGroups:    ptr.To[int32](0),
 				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 					workloadv1alpha1.GroupNameLabel: name,
 					workloadv1alpha1.RoleLabel:      r.Name,
@@ -134,9 +135,7 @@ func BuildPodGroup(ms *workloadv1alpha1.ModelServing, i int) *volcanov1beta1.Pod
 	if len(minResources) > 0 {
 		pg.Spec.MinResources = &minResources
 	}
-	if nt := ms.Spec.Template.NetworkTopology; nt != nil {
-		pg.Spec.NetworkTopology = nt.DeepCopy()
-	}
+	pg.Spec.NetworkTopology = groupTopology.DeepCopy()
 	return pg
 }
 
@@ -183,7 +182,7 @@ func BuildPod(ms *workloadv1alpha1.ModelServing, revision string, i int, r *work
 		tmpl = r.WorkerTemplate
 	}
 	group := workloadv1alpha1.ServingGroupName(ms.Name, i)
-	task := RoleReplicaName(r.Name, j)
+	task := workloadv1alpha1.RoleReplicaName(r.Name, j)
 	name := PodName(ms.Name, i, r.Name, j, k)
 
 	labels := map[string]string{}
@@ -201,6 +200,7 @@ func BuildPod(ms *workloadv1alpha1.ModelServing, revision string, i int, r *work
 	labels[workloadv1alpha1.RoleLabel] = r.Name
 	labels[workloadv1alpha1.RoleIDLabel] = task
 	labels[workloadv1alpha1.RevisionLabel] = revision
+	labels[workloadv1alpha1.RoleTemplateHashLabel] = RoleTemplateHash(r)
 	if k == 0 {
 		labels[workloadv1alpha1.EntryLabel] = "true"
 	}
@@ -276,7 +276,7 @@ func BuildService(ms *workloadv1alpha1.ModelServing, i int, r *workloadv1alpha1.
 				workloadv1alpha1.ModelServingNameLabel: ms.Name,
 				workloadv1alpha1.GroupNameLabel:        group,
 				workloadv1alpha1.RoleLabel:             r.Name,
-				workloadv1alpha1.RoleIDLabel:           RoleReplicaName(r.Name, j),
+				workloadv1alpha1.RoleIDLabel:           workloadv1alpha1.RoleReplicaName(r.Name, j),
 			},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(ms)},
 		},
@@ -284,7 +284,7 @@ func BuildService(ms *workloadv1alpha1.ModelServing, i int, r *workloadv1alpha1.
 			ClusterIP: corev1.ClusterIPNone,
 			Selector: map[string]string{
 				workloadv1alpha1.GroupNameLabel: group,
-				workloadv1alpha1.RoleIDLabel:    RoleReplicaName(r.Name, j),
+				workloadv1alpha1.RoleIDLabel:    workloadv1alpha1.RoleReplicaName(r.Name, j),
 			},
 			// Workers must resolve the entry before it is Ready: they start together.
 			PublishNotReadyAddresses: true,

@@ -34,7 +34,7 @@ func pdServing() *workloadv1alpha1.ModelServing {
 			SchedulerName: "berth-scheduler",
 			Template: workloadv1alpha1.ServingGroup{
 				GangPolicy:      &workloadv1alpha1.GangPolicy{MinRoleReplicas: map[string]int32{"decode": 2}},
-				NetworkTopology: &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierAllowed: ptr.To(1)},
+				NetworkTopology: &workloadv1alpha1.NetworkTopology{NetworkTopologySpec: volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierAllowed: ptr.To(1)}},
 				Roles: []workloadv1alpha1.Role{
 					{Name: "prefill", Replicas: ptr.To[int32](1), EntryTemplate: gpuTemplate("4")},
 					{Name: "decode", Replicas: ptr.To[int32](3), EntryTemplate: gpuTemplate("8"), WorkerReplicas: 1, WorkerTemplate: &worker},
@@ -71,6 +71,7 @@ func TestBuildPodWiresWorkersToTheirEntry(t *testing.T) {
 		workloadv1alpha1.RoleLabel:             "decode",
 		workloadv1alpha1.RoleIDLabel:           "decode-1",
 		workloadv1alpha1.RevisionLabel:         "rev1",
+		workloadv1alpha1.RoleTemplateHashLabel: RoleTemplateHash(&ms.Spec.Template.Roles[1]),
 	}, pod.Labels)
 	assert.Equal(t, "qwen-2", pod.Annotations["scheduling.k8s.io/group-name"])
 	assert.Equal(t, "decode-1", pod.Annotations["volcano.sh/task-spec"])
@@ -161,9 +162,11 @@ func TestRolloutBudgetResolvesPercentages(t *testing.T) {
 	ms.Spec.RolloutStrategy = &workloadv1alpha1.RolloutStrategy{RollingUpdateConfiguration: &workloadv1alpha1.RollingUpdateConfiguration{
 		MaxUnavailable: ptr.To(intstr.FromString("25%")), // rounds down: 2
 		MaxSurge:       ptr.To(intstr.FromString("15%")), // rounds up: 2
-		Partition:      ptr.To[int32](3),
+		Partition:      ptr.To(intstr.FromInt32(3)),
 	}}
 	assert.Equal(t, rolloutBudget{maxUnavailable: 2, maxSurge: 2, partition: 3}, budgetFor(ms))
+	ms.Spec.RolloutStrategy.RollingUpdateConfiguration.Partition = ptr.To(intstr.FromString("25%"))
+	assert.Equal(t, 3, budgetFor(ms).partition, "a percentage partition (Kthena 1.0) rounds up: 2.5 → 3")
 
 	ms.Spec.RolloutStrategy.RollingUpdateConfiguration.MaxUnavailable = ptr.To(intstr.FromString("5%")) // 0
 	ms.Spec.RolloutStrategy.RollingUpdateConfiguration.MaxSurge = ptr.To(intstr.FromInt32(0))

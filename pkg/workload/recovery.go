@@ -21,6 +21,38 @@ type unit struct {
 
 func (u *unit) terminating() bool { return len(u.dying) > 0 }
 
+// ready says whether every pod of the role replica exists and is Ready.
+func (u *unit) ready() bool {
+	if len(u.dying) > 0 || len(u.present) != len(u.names) {
+		return false
+	}
+	for _, p := range u.present {
+		if !podReady(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// outdated says whether a pod of the role replica was built from another template of its
+// role (hashes: RoleTemplateHash by role).
+func (u *unit) outdated(hashes map[string]string, revision string) bool {
+	for _, p := range u.present {
+		if !onCurrentRoleTemplate(p, hashes, revision) {
+			return true
+		}
+	}
+	return false
+}
+
+// revision is the revision the role replica's live pods were created under ("" if none).
+func (u *unit) revision() string {
+	if len(u.present) == 0 {
+		return ""
+	}
+	return u.present[0].Labels[workloadv1alpha1.RevisionLabel]
+}
+
 // groupUnits lists a group's role replicas with what exists of each.
 func groupUnits(ms *workloadv1alpha1.ModelServing, g *servingGroup) []*unit {
 	var out []*unit
@@ -120,7 +152,7 @@ func planRecovery(ms *workloadv1alpha1.ModelServing, g *servingGroup, units []*u
 		}
 		// Pods lost from a replica that still has others: the survivors restart with them.
 		if len(u.present) > 0 && len(u.present) < len(u.names) && policy != workloadv1alpha1.NoneRestartPolicy {
-			reasons = append(reasons, fmt.Sprintf("%d of %d pods of %s are gone", len(u.names)-len(u.present), len(u.names), RoleReplicaName(u.role.Name, u.replica)))
+			reasons = append(reasons, fmt.Sprintf("%d of %d pods of %s are gone", len(u.names)-len(u.present), len(u.names), workloadv1alpha1.RoleReplicaName(u.role.Name, u.replica)))
 		}
 		if len(reasons) == 0 {
 			continue
@@ -133,7 +165,7 @@ func planRecovery(ms *workloadv1alpha1.ModelServing, g *servingGroup, units []*u
 			groupReasons = append(groupReasons, reasons...)
 		default:
 			plan.deletions = append(plan.deletions, deletion{reason: ReasonRecreateRole,
-				message: fmt.Sprintf("recreating role replica %s of %s: %s", RoleReplicaName(u.role.Name, u.replica), workloadv1alpha1.ServingGroupName(ms.Name, g.index), strings.Join(reasons, "; ")),
+				message: fmt.Sprintf("recreating role replica %s of %s: %s", workloadv1alpha1.RoleReplicaName(u.role.Name, u.replica), workloadv1alpha1.ServingGroupName(ms.Name, g.index), strings.Join(reasons, "; ")),
 				pods:    u.present})
 		}
 	}

@@ -9,6 +9,64 @@ import (
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
 
+// rolloutType is the strategy the ModelServing asks for (ServingGroupRollingUpdate unless
+// it says RoleRollingUpdate).
+func rolloutType(ms *workloadv1alpha1.ModelServing) workloadv1alpha1.RolloutStrategyType {
+	if rs := ms.Spec.RolloutStrategy; rs != nil && rs.Type == workloadv1alpha1.RoleRollingUpdate {
+		return workloadv1alpha1.RoleRollingUpdate
+	}
+	return workloadv1alpha1.ServingGroupRollingUpdate
+}
+
+// scaled resolves an int-or-percentage against n (0 when unset or unreadable; validation
+// refuses what does not read).
+func scaled(v *intstr.IntOrString, n int, roundUp bool) int {
+	if v == nil {
+		return 0
+	}
+	out, err := intstr.GetScaledValueFromIntOrPercent(v, n, roundUp)
+	if err != nil || out < 0 {
+		return 0
+	}
+	return out
+}
+
+// groupPartition is how many ServingGroups, by ordinal, keep their revision: an integer (the
+// spec's) or a percentage of replicas rounded up (Kthena 1.0). Both strategies honour it.
+func groupPartition(ms *workloadv1alpha1.ModelServing) int {
+	rs := ms.Spec.RolloutStrategy
+	if rs == nil || rs.RollingUpdateConfiguration == nil {
+		return 0
+	}
+	return scaled(rs.RollingUpdateConfiguration.Partition, int(ptr.Deref(ms.Spec.Replicas, 1)), true)
+}
+
+// rolePartition is how many replicas of role r, by ordinal, a RoleRollingUpdate keeps on
+// their revision in each group (a percentage of the role's replicas rounded up).
+func rolePartition(ms *workloadv1alpha1.ModelServing, r *workloadv1alpha1.Role) int {
+	if rolloutType(ms) != workloadv1alpha1.RoleRollingUpdate {
+		return 0
+	}
+	return scaled(r.Partition, roleReplicas(r), true)
+}
+
+// roleMaxUnavailable is how many replicas of role r may be unavailable at once in a group
+// during a RoleRollingUpdate: the role's maxUnavailable (a percentage rounded down, at least
+// 1), or, unset, all of them, as Kthena replaces every outdated replica at once then.
+func roleMaxUnavailable(r *workloadv1alpha1.Role) int {
+	n := roleReplicas(r)
+	if r.MaxUnavailable == nil {
+		return n
+	}
+	return max(1, scaled(r.MaxUnavailable, n, false))
+}
+
+// protected says whether a role replica keeps the revision it is on: its group is below
+// the partition, or (RoleRollingUpdate) its ordinal is below its role's partition.
+func protected(ms *workloadv1alpha1.ModelServing, group int, u *unit) bool {
+	return group < groupPartition(ms) || u.replica < rolePartition(ms, u.role)
+}
+
 // rolloutBudget is what a ServingGroupRollingUpdate may do at once.
 type rolloutBudget struct {
 	maxUnavailable int // groups that may be unavailable below the desired count
@@ -17,21 +75,18 @@ type rolloutBudget struct {
 }
 
 // budgetFor resolves maxUnavailable (percent rounded down) and maxSurge (percent rounded
-// up) against the desired replicas, as the seed defines them.
+// up) against the desired replicas, as the seed defines them, and the partition.
 func budgetFor(ms *workloadv1alpha1.ModelServing) rolloutBudget {
 	want := int(ptr.Deref(ms.Spec.Replicas, 1))
-	b := rolloutBudget{maxUnavailable: 1}
+	b := rolloutBudget{maxUnavailable: 1, partition: groupPartition(ms)}
 	if rs := ms.Spec.RolloutStrategy; rs != nil && rs.RollingUpdateConfiguration != nil {
 		c := rs.RollingUpdateConfiguration
 		if c.MaxUnavailable != nil {
-			v, _ := intstr.GetScaledValueFromIntOrPercent(c.MaxUnavailable, want, false)
-			b.maxUnavailable = v
+			b.maxUnavailable = scaled(c.MaxUnavailable, want, false)
 		}
 		if c.MaxSurge != nil {
-			v, _ := intstr.GetScaledValueFromIntOrPercent(c.MaxSurge, want, true)
-			b.maxSurge = v
+			b.maxSurge = scaled(c.MaxSurge, want, true)
 		}
-		b.partition = int(ptr.Deref(c.Partition, 0))
 	}
 	if b.maxUnavailable == 0 && b.maxSurge == 0 {
 		b.maxUnavailable = 1 // validation forbids both 0; percentages can still round to it
@@ -39,12 +94,17 @@ func budgetFor(ms *workloadv1alpha1.ModelServing) rolloutBudget {
 	return b
 }
 
-// outdated lists the groups the rollout must replace: on another revision, at or above
-// the partition.
-func outdated(groups map[int]*servingGroup, revision string, b rolloutBudget) []int {
+// outdated lists the groups a ServingGroupRollingUpdate must replace, at or above the
+// partition: those on another revision, and those a RoleRollingUpdate left with pods of
+// several revisions when a role's template has changed since.
+func outdated(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup, revision string, b rolloutBudget) []int {
+	hashes := roleHashes(ms)
 	var out []int
 	for idx, g := range groups {
-		if rev := g.revision(); rev != "" && rev != revision && idx >= b.partition {
+		if idx < b.partition {
+			continue
+		}
+		if rev := g.revision(); (rev != "" && rev != revision) || (g.mixedRevisions() && !g.rolesCurrent(hashes, revision)) {
 			out = append(out, idx)
 		}
 	}
@@ -52,8 +112,23 @@ func outdated(groups map[int]*servingGroup, revision string, b rolloutBudget) []
 	return out
 }
 
+// groupUpdated says whether a group counts as updated in the status: on the current
+// revision (or without pods yet); under a RoleRollingUpdate, or with pods of several
+// revisions a RoleRollingUpdate left, when every role's pods are on their role's current
+// template.
+func groupUpdated(ms *workloadv1alpha1.ModelServing, g *servingGroup, revision string, hashes map[string]string) bool {
+	if g.revision() == revision || len(g.pods) == 0 {
+		return true
+	}
+	if rolloutType(ms) == workloadv1alpha1.RoleRollingUpdate || g.mixedRevisions() {
+		return g.rolesCurrent(hashes, revision)
+	}
+	return false
+}
+
 // rolloutStep decides, for this pass, which outdated groups to delete (they come back on
-// the new revision) and how many groups may exist above the desired count.
+// the new revision) and how many groups may exist above the desired count. With
+// RoleRollingUpdate it replaces no group (roleRolloutStep replaces role replicas).
 //
 // Not-ready outdated groups go first: removing them costs no availability. A ready one goes
 // only while the ready groups stay at or above desired − maxUnavailable. maxSurge extra
@@ -61,8 +136,11 @@ func outdated(groups map[int]*servingGroup, revision string, b rolloutBudget) []
 // maxUnavailable 0 the new group is ready before an old one goes.
 func rolloutStep(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup, revision string, b rolloutBudget) (remove []int, allowed int) {
 	want := int(ptr.Deref(ms.Spec.Replicas, 1))
-	old := outdated(groups, revision, b)
 	allowed = want
+	if rolloutType(ms) != workloadv1alpha1.ServingGroupRollingUpdate {
+		return nil, allowed
+	}
+	old := outdated(ms, groups, revision, b)
 	if len(old) == 0 {
 		return nil, allowed
 	}
@@ -92,4 +170,78 @@ func rolloutStep(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup
 		remove = append(remove, idx)
 	}
 	return remove, allowed
+}
+
+// roleReplacement is a role replica a RoleRollingUpdate deletes in this pass, to come back
+// from the role's current template.
+type roleReplacement struct {
+	group int
+	unit  *unit
+}
+
+// roleRolloutStep decides, for this pass of a RoleRollingUpdate, which role replicas to
+// replace: in every group at or above the group partition, role by role, the replicas whose
+// pods were built from another template of their role, at or above the role's partition.
+// Every group moves at once (as Kthena's); inside a group each role keeps its own budget:
+// not-ready outdated replicas go first (they cost no availability), a ready one only while
+// the role's ready replicas stay at or above replicas − maxUnavailable. A role whose
+// template did not change is not touched, even though the revision did.
+func roleRolloutStep(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup, revision string) []roleReplacement {
+	if rolloutType(ms) != workloadv1alpha1.RoleRollingUpdate {
+		return nil
+	}
+	partition := groupPartition(ms)
+	hashes := roleHashes(ms)
+	var out []roleReplacement
+	for _, idx := range sortedIndices(groups) {
+		if idx < partition {
+			continue
+		}
+		units := groupUnits(ms, groups[idx])
+		for ri := range ms.Spec.Template.Roles {
+			r := &ms.Spec.Template.Roles[ri]
+			keep, budget := rolePartition(ms, r), roleMaxUnavailable(r)
+			ready := 0
+			var notReady, readyOld []*unit
+			for _, u := range units {
+				if u.role != r {
+					continue
+				}
+				uReady := u.ready()
+				if uReady {
+					ready++
+				}
+				if u.replica < keep || u.terminating() || !u.outdated(hashes, revision) {
+					continue
+				}
+				if uReady {
+					readyOld = append(readyOld, u)
+				} else {
+					notReady = append(notReady, u)
+				}
+			}
+			for _, u := range notReady {
+				out = append(out, roleReplacement{group: idx, unit: u})
+			}
+			sort.Slice(readyOld, func(i, j int) bool { return readyOld[i].replica > readyOld[j].replica })
+			for _, u := range readyOld {
+				if ready-1 < roleReplicas(r)-budget {
+					break
+				}
+				ready--
+				out = append(out, roleReplacement{group: idx, unit: u})
+			}
+		}
+	}
+	return out
+}
+
+// roleHashes is every role's current RoleTemplateHash, by role name.
+func roleHashes(ms *workloadv1alpha1.ModelServing) map[string]string {
+	out := make(map[string]string, len(ms.Spec.Template.Roles))
+	for i := range ms.Spec.Template.Roles {
+		r := &ms.Spec.Template.Roles[i]
+		out[r.Name] = RoleTemplateHash(r)
+	}
+	return out
 }

@@ -54,9 +54,9 @@ func TestHardTopologyGroupStaysInOneLeaf(t *testing.T) {
 	})
 
 	ms := serving("topo", 1)
-	ms.Spec.Template.NetworkTopology = &volcanov1beta1.NetworkTopologySpec{
+	ms.Spec.Template.NetworkTopology = &workloadv1alpha1.NetworkTopology{NetworkTopologySpec: volcanov1beta1.NetworkTopologySpec{
 		Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierAllowed: ptr.To(1),
-	}
+	}}
 	r := &ms.Spec.Template.Roles[0]
 	r.WorkerReplicas = 3
 	setGPUs(&r.EntryTemplate.Spec, 4)

@@ -520,6 +520,10 @@ func (r *Reconciler) resolve(ctx context.Context, b *workloadv1alpha1.Autoscalin
 		// Without a selector (a target not reconciled yet) every pod of the namespace
 		// would match: read none instead.
 		sel = labels.Nothing()
+	} else if t.gvk.GroupKind() == workloadv1alpha1.SchemeGroupVersion.WithKind("ModelServing").GroupKind() {
+		// A ModelServing's scale selector holds one pod per ServingGroup (for HPA, as
+		// Kthena's); the metrics come from every role replica's entry pod.
+		sel = workloadv1alpha1.EntryPodsSelector(ref.Name)
 	}
 	for k, v := range spec.AdditionalMatchLabels {
 		req, err := labels.NewRequirement(k, selection.Equals, []string{v})

@@ -40,6 +40,7 @@ import (
 
 	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale/modelvariants"
 	"github.com/berth-sh/berth/pkg/autoscale/podmetrics"
 	"github.com/berth-sh/berth/pkg/autoscale/variant"
@@ -268,7 +269,7 @@ func (r *Reconciler) run(ctx context.Context, va *llmdv1alpha1.VariantAutoscalin
 		}
 		return err
 	}
-	pods, ep, err := r.podsOf(ctx, va.Namespace, sc)
+	pods, ep, err := r.podsOf(ctx, va.Namespace, va.Name, sc)
 	if err != nil {
 		return err
 	}
@@ -462,15 +463,15 @@ func profilesOf(va *llmdv1alpha1.VariantAutoscaling) ([]variant.Profile, error) 
 	return out, nil
 }
 
-// podsOf lists the ModelServing's serving pods (its scale selector picks the entry pod of
-// every role replica) and where they serve metrics: the port of a ModelServer selecting
-// them, else 8000.
-func (r *Reconciler) podsOf(ctx context.Context, ns string, sc *autoscalingv1.Scale) ([]podmetrics.Pod, podmetrics.Endpoint, error) {
+// podsOf lists the ModelServing's serving pods (the entry pod of every role replica; its
+// scale selector, once it reports one, holds only one pod per ServingGroup, for HPA) and
+// where they serve metrics: the port of a ModelServer selecting them, else 8000.
+func (r *Reconciler) podsOf(ctx context.Context, ns, name string, sc *autoscalingv1.Scale) ([]podmetrics.Pod, podmetrics.Endpoint, error) {
 	ep := podmetrics.Endpoint{Port: defaultMetricPort, Path: defaultMetricPath}
-	sel, err := labels.Parse(sc.Status.Selector)
-	if err != nil || sel.Empty() {
-		return nil, ep, nil
+	if sel, err := labels.Parse(sc.Status.Selector); err != nil || sel.Empty() {
+		return nil, ep, nil // not reconciled yet
 	}
+	sel := workloadv1alpha1.EntryPodsSelector(name)
 	var list corev1.PodList
 	if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, ep, err

@@ -87,7 +87,7 @@ spec:
 	assert.Equal(t, workloadv1alpha1.NoneRestartPolicy, ms.Spec.RecoveryPolicy)
 	ru := ms.Spec.RolloutStrategy.RollingUpdateConfiguration
 	assert.Equal(t, ptr.To(intstr.FromString("25%")), ru.MaxUnavailable)
-	assert.Equal(t, ptr.To[int32](2), ru.Partition)
+	assert.Equal(t, ptr.To(intstr.FromInt32(2)), ru.Partition, "the spec's integer partition reads back as an integer")
 	assert.Equal(t, ptr.To[int32](3), ms.Spec.Template.Roles[0].Replicas)
 }
 

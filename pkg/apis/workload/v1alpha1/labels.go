@@ -26,6 +26,10 @@ const (
 	RevisionLabel = "modelserving.volcano.sh/revision"
 	// EntryLabel is "true" on the entry pod of a role replica.
 	EntryLabel = "modelserving.volcano.sh/entry"
+	// RoleTemplateHashLabel is the hash of the role template a pod was created from (its
+	// replica counts and rollout settings left out), as Kthena 1.0 labels it: a
+	// RoleRollingUpdate replaces the role replicas whose hash is not the role's current one.
+	RoleTemplateHashLabel = "modelserving.volcano.sh/role-template-hash"
 
 	// ModelBoosterNameLabel names the ModelBooster that an object (ModelServing, ModelServer,
 	// ModelRoute, AutoscalingPolicy, AutoscalingPolicyBinding) was generated from.

@@ -2,12 +2,15 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
 // ModelServingSpec defines the specification of the ModelServing resource.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.rolloutStrategy) && has(self.rolloutStrategy.type) && self.rolloutStrategy.type == 'RoleRollingUpdate') || self.template.roles.all(r, !has(r.maxUnavailable) && !has(r.partition))",message="roles[].maxUnavailable and roles[].partition are Kthena's RoleRollingUpdate settings: they need rolloutStrategy.type RoleRollingUpdate",fieldPath=".template.roles"
 type ModelServingSpec struct {
 	// Number of ServingGroups. That is the number of instances that run serving tasks
 	// Default to 1.
@@ -19,6 +22,16 @@ type ModelServingSpec struct {
 	// SchedulerName defines the name of the scheduler used by ModelServing
 	// +optional
 	SchedulerName string `json:"schedulerName,omitempty"`
+
+	// Plugins (Kthena 1.0) is a chain of built-in plugins that change every pod the
+	// controller creates, in list order, before it is created: lws-standard-labels
+	// (LeaderWorkerSet's pod labels, for a ModelServing a LeaderWorkerSet owns) and
+	// demo-pod-tweaks (runtimeClassName, annotations, env). A plugin the controller does not
+	// know, or a config it cannot read, stops pod creation; the PluginsAccepted condition and
+	// a Warning event name it.
+	// +optional
+	// +listType=atomic
+	Plugins []PluginSpec `json:"plugins,omitempty"`
 
 	// Template defines the template for ServingGroup
 	Template ServingGroup `json:"template"`
@@ -57,19 +70,84 @@ const (
 	NoneRestartPolicy RecoveryPolicy = "None"
 )
 
+// PluginType says how a plugin is implemented. Kthena 1.0 (and Berth) know only BuiltIn:
+// plugins compiled into the controller.
+// +kubebuilder:validation:Enum=BuiltIn
+type PluginType string
+
+const (
+	// PluginTypeBuiltIn is a plugin compiled into the controller, chosen by its name.
+	PluginTypeBuiltIn PluginType = "BuiltIn"
+)
+
+// PluginTarget says which pods of a role replica a plugin changes.
+// +kubebuilder:validation:Enum=All;Entry;Worker
+type PluginTarget string
+
+const (
+	// PluginTargetAll is every pod (the default).
+	PluginTargetAll PluginTarget = "All"
+	// PluginTargetEntry is the entry pod of each role replica.
+	PluginTargetEntry PluginTarget = "Entry"
+	// PluginTargetWorker is the worker pods of each role replica.
+	PluginTargetWorker PluginTarget = "Worker"
+)
+
+// PluginScope restricts which pods a plugin changes.
+type PluginScope struct {
+	// Roles limits the plugin to pods of these roles; empty means every role.
+	// +optional
+	// +listType=atomic
+	Roles []string `json:"roles,omitempty"`
+
+	// Target limits the plugin to entry pods, worker pods, or all pods (empty: all).
+	// +optional
+	Target PluginTarget `json:"target,omitempty"`
+}
+
+// PluginSpec declares a plugin of a ModelServing (Kthena 1.0).
+type PluginSpec struct {
+	// Name is the plugin: a built-in plugin's registered name (lws-standard-labels,
+	// demo-pod-tweaks).
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+
+	// Type is the plugin's kind; only BuiltIn.
+	// +optional
+	// +kubebuilder:default=BuiltIn
+	Type PluginType `json:"type,omitempty"`
+
+	// Config is the plugin's own configuration, read by the plugin.
+	// +optional
+	Config *apiextensionsv1.JSON `json:"config,omitempty"`
+
+	// Scope narrows which pods the plugin changes; by default every pod.
+	// +optional
+	Scope *PluginScope `json:"scope,omitempty"`
+}
+
 // RolloutStrategyType names a rollout strategy.
-// +kubebuilder:validation:Enum=ServingGroupRollingUpdate
+// +kubebuilder:validation:Enum=ServingGroupRollingUpdate;RoleRollingUpdate
 type RolloutStrategyType string
 
 const (
 	// ServingGroupRollingUpdate indicates that ServingGroup replicas will be updated one by one.
 	ServingGroupRollingUpdate RolloutStrategyType = "ServingGroupRollingUpdate"
+	// RoleRollingUpdate (Kthena 1.0) updates role replicas inside every ServingGroup at or
+	// above the partition, role by role: a role whose template did not change is not
+	// touched, and each role keeps its own maxUnavailable and partition
+	// (template.roles[].maxUnavailable, template.roles[].partition).
+	RoleRollingUpdate RolloutStrategyType = "RoleRollingUpdate"
 )
 
 // RolloutStrategy defines the strategy that the ModelServing controller
 // will use to perform replica updates.
 type RolloutStrategy struct {
-	// Type defines the rollout strategy, it can only be "ServingGroupRollingUpdate" for now.
+	// Type defines the rollout strategy: ServingGroupRollingUpdate (the spec's, the default)
+	// replaces whole ServingGroups; RoleRollingUpdate (Kthena 1.0) replaces role replicas
+	// inside each group, with each role's maxUnavailable and partition. With
+	// RoleRollingUpdate only rollingUpdateConfiguration.partition applies (groups below it
+	// are left alone); maxUnavailable and maxSurge are the group-level rollout's.
 	// +optional
 	// +kubebuilder:default=ServingGroupRollingUpdate
 	Type RolloutStrategyType `json:"type,omitempty"`
@@ -86,6 +164,7 @@ type RolloutStrategy struct {
 // rejected because maxSurge defaults to 0.
 // +kubebuilder:validation:XValidation:rule="!has(self.maxUnavailable) || (type(self.maxUnavailable) == string ? self.maxUnavailable.matches('^[0-9]+%$') : self.maxUnavailable >= 0)",message="must be a non-negative integer or a percentage such as \"25%\"",fieldPath=".maxUnavailable"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxSurge) || (type(self.maxSurge) == string ? self.maxSurge.matches('^[0-9]+%$') : self.maxSurge >= 0)",message="must be a non-negative integer or a percentage such as \"25%\"",fieldPath=".maxSurge"
+// +kubebuilder:validation:XValidation:rule="!has(self.partition) || (type(self.partition) == string ? self.partition.matches('^[0-9]+%$') : self.partition >= 0)",message="must be a non-negative integer or a percentage such as \"50%\"",fieldPath=".partition"
 // +kubebuilder:validation:XValidation:rule="!(has(self.maxUnavailable) && has(self.maxSurge) && (type(self.maxUnavailable) == string ? self.maxUnavailable.matches('^0+%$') : self.maxUnavailable == 0) && (type(self.maxSurge) == string ? self.maxSurge.matches('^0+%$') : self.maxSurge == 0))",message="maxUnavailable and maxSurge cannot both be 0: the rollout could never replace a ServingGroup",fieldPath=".maxUnavailable"
 type RollingUpdateConfiguration struct {
 	// The maximum number of replicas that can be unavailable during the update.
@@ -112,10 +191,11 @@ type RollingUpdateConfiguration struct {
 	// Partition indicates the ordinal at which the ModelServing should be partitioned
 	// for updates. During a rolling update, all ServingGroups from ordinal Replicas-1 to
 	// Partition are updated. All ServingGroups from ordinal Partition-1 to 0 remain untouched.
-	// The default value is 0.
+	// The default value is 0. An integer (the spec's) or, as Kthena 1.0 allows, a
+	// percentage of replicas (rounded up).
 	// +optional
-	// +kubebuilder:validation:Minimum=0
-	Partition *int32 `json:"partition,omitempty"`
+	// +kubebuilder:validation:XIntOrString
+	Partition *intstr.IntOrString `json:"partition,omitempty"`
 }
 
 // ServingGroup is the smallest unit to complete the inference task
@@ -136,17 +216,59 @@ type ServingGroup struct {
 	GangPolicy *GangPolicy `json:"gangPolicy,omitempty"`
 
 	// NetworkTopology defines the network topology affinity scheduling policy for the roles of the group,
-	// it works only when the scheduler supports network topology feature. It is Volcano's
-	// NetworkTopologySpec and is copied as is to the group's PodGroup.
+	// it works only when the scheduler supports network topology feature. Either the spec's
+	// flat form (Volcano's NetworkTopologySpec, copied to the group's PodGroup) or Kthena
+	// 1.0's groupPolicy and rolePolicy, not both.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!(has(self.highestTierAllowed) && has(self.highestTierName) && size(self.highestTierName) > 0)",message="highestTierAllowed and highestTierName are mutually exclusive"
-	NetworkTopology *volcanov1beta1.NetworkTopologySpec `json:"networkTopology,omitempty"`
+	NetworkTopology *NetworkTopology `json:"networkTopology,omitempty"`
 
 	// Roles are the kinds of pods in a group, for example prefill and decode.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=4
 	// +listType=atomic
 	Roles []Role `json:"roles"`
+}
+
+// NetworkTopology is a ServingGroup's network topology in one of two shapes:
+//
+//   - the spec's: Volcano's NetworkTopologySpec written flat (mode, highestTierAllowed or
+//     highestTierName) for the whole group; it becomes PodGroup.spec.networkTopology.
+//   - Kthena 1.0's: groupPolicy for the whole group (PodGroup.spec.networkTopology) and
+//     rolePolicy for every role replica (each role's PodGroup.spec.subGroupPolicy[] entry).
+//
+// The flat mode defaults to hard (the spec's default), so beside groupPolicy or rolePolicy
+// a flat mode of hard is accepted and ignored; every other flat field is refused there.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.highestTierAllowed) && has(self.highestTierName) && size(self.highestTierName) > 0)",message="highestTierAllowed and highestTierName are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="!has(self.highestTierAllowed) || !(has(self.groupPolicy) || has(self.rolePolicy))",message="highestTierAllowed is the spec's flat form and cannot be mixed with Kthena 1.0's groupPolicy/rolePolicy: set it inside groupPolicy or rolePolicy",fieldPath=".highestTierAllowed"
+// +kubebuilder:validation:XValidation:rule="!has(self.highestTierName) || size(self.highestTierName) == 0 || !(has(self.groupPolicy) || has(self.rolePolicy))",message="highestTierName is the spec's flat form and cannot be mixed with Kthena 1.0's groupPolicy/rolePolicy: set it inside groupPolicy or rolePolicy",fieldPath=".highestTierName"
+// +kubebuilder:validation:XValidation:rule="!has(self.mode) || self.mode == 'hard' || !(has(self.groupPolicy) || has(self.rolePolicy))",message="mode is the spec's flat form and cannot be mixed with Kthena 1.0's groupPolicy/rolePolicy: set it inside groupPolicy or rolePolicy",fieldPath=".mode"
+type NetworkTopology struct {
+	// The spec's flat form: mode, highestTierAllowed, highestTierName.
+	volcanov1beta1.NetworkTopologySpec `json:",inline"`
+
+	// GroupPolicy (Kthena 1.0) is the network topology of the whole ServingGroup.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!(has(self.highestTierAllowed) && has(self.highestTierName) && size(self.highestTierName) > 0)",message="highestTierAllowed and highestTierName are mutually exclusive"
+	GroupPolicy *volcanov1beta1.NetworkTopologySpec `json:"groupPolicy,omitempty"`
+
+	// RolePolicy (Kthena 1.0) is the network topology of each role replica (an entry pod
+	// and its workers).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!(has(self.highestTierAllowed) && has(self.highestTierName) && size(self.highestTierName) > 0)",message="highestTierAllowed and highestTierName are mutually exclusive"
+	RolePolicy *volcanov1beta1.NetworkTopologySpec `json:"rolePolicy,omitempty"`
+}
+
+// Policies resolves either shape into what the PodGroup carries: the group's topology and
+// each role replica's (nil when none).
+func (nt *NetworkTopology) Policies() (group, role *volcanov1beta1.NetworkTopologySpec) {
+	if nt == nil {
+		return nil, nil
+	}
+	if nt.GroupPolicy != nil || nt.RolePolicy != nil {
+		return nt.GroupPolicy, nt.RolePolicy
+	}
+	return &nt.NetworkTopologySpec, nil
 }
 
 // GangPolicy defines the gang scheduling configuration.
@@ -164,6 +286,8 @@ type GangPolicy struct {
 // Role defines the specific pod instance role that performs the inference task.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.workerReplicas) || self.workerReplicas == 0 || has(self.workerTemplate)",message="workerTemplate is required when workerReplicas is greater than 0",fieldPath=".workerTemplate"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxUnavailable) || (type(self.maxUnavailable) == string ? self.maxUnavailable.matches('^[0-9]*[1-9][0-9]*%$') : self.maxUnavailable >= 1)",message="must be a positive integer or a percentage such as \"50%\" (0 would never update the role)",fieldPath=".maxUnavailable"
+// +kubebuilder:validation:XValidation:rule="!has(self.partition) || (type(self.partition) == string ? self.partition.matches('^[0-9]+%$') : self.partition >= 0)",message="must be a non-negative integer or a percentage such as \"50%\"",fieldPath=".partition"
 type Role struct {
 	// The name of a role. Name must be unique within an ServingGroup
 	// +kubebuilder:validation:MaxLength=12
@@ -192,6 +316,22 @@ type Role struct {
 	// WorkerTemplate defines the template for the worker pod of a role.
 	// +optional
 	WorkerTemplate *PodTemplateSpec `json:"workerTemplate,omitempty"`
+
+	// MaxUnavailable (Kthena 1.0) is how many replicas of this role may be unavailable at
+	// once during a RoleRollingUpdate, in each ServingGroup: a number or a percentage of the
+	// role's replicas (rounded down, at least 1). Unset: every outdated replica of the role
+	// is replaced at once. Only with rolloutStrategy.type RoleRollingUpdate.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// Partition (Kthena, after 1.0) keeps this role's replicas with an ordinal below it on
+	// their revision during a RoleRollingUpdate, in each ServingGroup: a number or a
+	// percentage of the role's replicas (rounded up). Only with rolloutStrategy.type
+	// RoleRollingUpdate.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	Partition *intstr.IntOrString `json:"partition,omitempty"`
 }
 
 // PodTemplateSpec describes the data a pod should have when created from a template
@@ -248,6 +388,9 @@ const (
 	ModelServingProgressing = "Progressing"
 	// ModelServingUpdateInProgress is true while groups run an outdated revision.
 	ModelServingUpdateInProgress = "UpdateInProgress"
+	// ModelServingPluginsAccepted is false while spec.plugins names a plugin the controller
+	// does not have, or a config it cannot read; no pod is created meanwhile.
+	ModelServingPluginsAccepted = "PluginsAccepted"
 )
 
 // ModelServingStatus defines the observed state of ModelServing
