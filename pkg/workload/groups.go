@@ -47,17 +47,9 @@ func expectedPods(ms *workloadv1alpha1.ModelServing) int {
 // none or mixed). Terminating pods do not count: a group being replaced comes back on the
 // new revision.
 func (g *servingGroup) revision() string {
-	rev := ""
-	for _, p := range g.pods {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		r := p.Labels[workloadv1alpha1.RevisionLabel]
-		if rev == "" {
-			rev = r
-		} else if r != rev {
-			return ""
-		}
+	rev, mixed := g.liveRevisions()
+	if mixed {
+		return ""
 	}
 	return rev
 }
@@ -65,7 +57,13 @@ func (g *servingGroup) revision() string {
 // mixedRevisions says whether the group's live pods were created under more than one
 // revision: a RoleRollingUpdate replaced some roles' replicas and left the others.
 func (g *servingGroup) mixedRevisions() bool {
-	rev := ""
+	_, mixed := g.liveRevisions()
+	return mixed
+}
+
+// liveRevisions is the revision of the group's first live pod, and whether another live pod
+// has a different one.
+func (g *servingGroup) liveRevisions() (rev string, mixed bool) {
 	for _, p := range g.pods {
 		if p.DeletionTimestamp != nil {
 			continue
@@ -74,10 +72,10 @@ func (g *servingGroup) mixedRevisions() bool {
 		if rev == "" {
 			rev = r
 		} else if r != rev {
-			return true
+			return rev, true
 		}
 	}
-	return false
+	return rev, false
 }
 
 // rolesCurrent says whether every live pod of the group was built from its role's current
