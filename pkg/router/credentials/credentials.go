@@ -92,7 +92,8 @@ func (s *Store) informer(ref types.NamespacedName) toolscache.SharedIndexInforme
 			return s.kube.CoreV1().Secrets(ref.Namespace).Watch(ctx, o)
 		},
 	}
-	inf := toolscache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, toolscache.Indexers{})
+	// As client-go's generated informers: a client that cannot stream lists (a fake) says so.
+	inf := toolscache.NewSharedIndexInformer(toolscache.ToListWatcherWithWatchListSemantics(lw, s.kube), &corev1.Secret{}, 0, toolscache.Indexers{})
 	// Only the data is read; the rest of the object (managed fields, annotations such as
 	// kubectl's last-applied configuration, which holds the data again) is dropped.
 	_ = inf.SetTransform(func(obj any) (any, error) {
