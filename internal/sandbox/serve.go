@@ -48,7 +48,8 @@ func probeRoutes(ctx context.Context, cl client.Client, routerURL string, out io
 		return nil
 	}
 	fmt.Fprintf(out, "  curl %s/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{\"model\":%q,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n", routerURL, models[0])
-	fmt.Fprintf(out, "  (add \"stream\":true for server-sent events; GET %s/v1/models lists the models)\n", routerURL)
+	fmt.Fprintf(out, "  (add \"stream\":true for server-sent events; GET %s/v1/models lists the models;\n", routerURL)
+	fmt.Fprintf(out, "   POST %s/v1/messages takes Anthropic's Messages API, with \"max_tokens\")\n", routerURL)
 	var failed []string
 	for _, m := range models {
 		line, err := probe(ctx, routerURL, m)

@@ -21,7 +21,7 @@ func requiredAPIs(o Options) []apicheck.API {
 	apis := slices.Concat(
 		// ModelServings, ModelBoosters, autoscaling policies and bindings (Kthena's kinds).
 		apicheck.CRDs(apicheck.Berth, workloadv1alpha1.SchemeGroupVersion.String(), "modelservings", "modelboosters", "autoscalingpolicies", "autoscalingpolicybindings"),
-		apicheck.CRDs(apicheck.Berth, networkingv1alpha1.SchemeGroupVersion.String(), "modelroutes", "modelservers"),
+		apicheck.CRDs(apicheck.Berth, networkingv1alpha1.SchemeGroupVersion.String(), "modelroutes", "modelservers", "externalmodelproviders"),
 		// llm-d's VariantAutoscaling and llmaz's Playground, Service, BackendRuntime and OpenModel.
 		apicheck.CRDs(apicheck.Berth, llmdv1alpha1.SchemeGroupVersion.String(), "variantautoscalings"),
 		apicheck.CRDs(apicheck.Berth, llmazinferencev1alpha1.SchemeGroupVersion.String(), "playgrounds", "services", "backendruntimes"),

@@ -16,3 +16,10 @@ func requiredAPIs(o Options) []apicheck.API {
 	}
 	return apis
 }
+
+// providerAPIs are what the router reads when the apiserver serves ExternalModelProviders:
+// them and the Secrets they name (one watch per Secret, package credentials).
+func providerAPIs() []apicheck.API {
+	return append(apicheck.CRDs(apicheck.Berth, networkingv1alpha1.SchemeGroupVersion.String(), "externalmodelproviders"),
+		apicheck.Builtin("", "v1", "secrets")...)
+}

@@ -17,8 +17,10 @@ import (
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 
+	"github.com/berth-sh/berth/pkg/router/anthropic"
 	"github.com/berth-sh/berth/pkg/router/match"
 	"github.com/berth-sh/berth/pkg/router/pick"
+	"github.com/berth-sh/berth/pkg/router/provider"
 	"github.com/berth-sh/berth/pkg/router/proxy"
 	"github.com/berth-sh/berth/pkg/router/ratelimit"
 	"github.com/berth-sh/berth/pkg/router/request"
@@ -33,25 +35,80 @@ const freeRetries = 2
 
 // exchange is one request's journey, for the log line and metrics at its end.
 type exchange struct {
-	start    time.Time
-	route    string
-	model    string // the metric label: a model the route declares (metricModel)
-	asked    string // the model the request named, for the log
-	server   string
-	endpoint string
-	status   int
-	attempts int
-	reason   string
+	start      time.Time
+	kind       request.Kind
+	route      string
+	model      string // the metric label: a model the route declares (metricModel)
+	asked      string // the model the request named, for the log
+	server     string // the target (ModelServer or ExternalModelProvider) as namespace/name
+	targetKind match.Kind
+	endpoint   string
+	status     int
+	attempts   int
+	reason     string
+}
+
+// backend is a target resolved in a snapshot: a ModelServer or an ExternalModelProvider.
+type backend struct {
+	target   match.Target
+	server   *view.Server
+	provider *view.Provider
+}
+
+func (b backend) policy() view.Policy {
+	if b.provider != nil {
+		return b.provider.Policy
+	}
+	return b.server.Policy
+}
+
+func (b backend) String() string {
+	if b.provider != nil {
+		return b.provider.String()
+	}
+	return b.server.String()
+}
+
+// failure is a request the router answers itself.
+type failure struct {
+	status      int
+	code, param string
+	msg         string
+}
+
+// resolve finds target t of a route in namespace ns in snap, ready to take a request of
+// kind k.
+func resolve(snap *view.Snapshot, ns string, t match.Target, k request.Kind) (backend, *failure) {
+	b := backend{target: t}
+	if t.Kind == match.Provider {
+		b.provider = snap.Provider(ns, t.Name)
+		switch {
+		case b.provider == nil:
+			return b, &failure{http.StatusServiceUnavailable, "provider_not_found", "", fmt.Sprintf("ExternalModelProvider %s/%s, which does not exist", ns, t.Name)}
+		case b.provider.Err != nil:
+			return b, &failure{http.StatusServiceUnavailable, "provider_not_ready", "", b.provider.Err.Error()}
+		case !provider.Speaks(b.provider.Type, k):
+			return b, &failure{http.StatusBadRequest, "unsupported_api", "", fmt.Sprintf("%s, which speaks the Anthropic Messages API (POST %s) only, not %s",
+				b.provider, request.MessagesPath, k.Path())}
+		}
+		return b, nil
+	}
+	b.server = snap.Server(ns, t.Name)
+	if b.server == nil {
+		return b, &failure{http.StatusServiceUnavailable, "model_server_not_found", "", fmt.Sprintf("ModelServer %s/%s, which does not exist", ns, t.Name)}
+	}
+	return b, nil
 }
 
 func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 	r.metrics.inflight.Inc()
 	defer r.metrics.inflight.Dec()
-	x := &exchange{start: time.Now()}
+	kind := request.KindOf(req.URL.Path)
+	x := &exchange{start: time.Now(), kind: kind}
 	defer r.finish(x)
 	fail := func(status int, code, param, msg string) {
 		x.status, x.reason = status, msg
-		writeError(w, status, code, param, msg)
+		writeErrorFor(kind, w, status, code, param, msg)
 	}
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -68,7 +125,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		fail(http.StatusBadRequest, "invalid_request", "", "reading the request body: "+err.Error())
 		return
 	}
-	in, err := request.Parse(request.KindOf(req.URL.Path), body)
+	in, err := request.Parse(kind, body)
 	if err != nil {
 		var perr *request.Error
 		errors.As(err, &perr)
@@ -76,7 +133,11 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	snap := r.view.Snapshot()
-	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header, Serving: snap.Serving}, r.uniform)
+	serving := func(ns string, t match.Target) bool {
+		_, f := resolve(snap, ns, t, kind)
+		return f == nil && snap.Serving(ns, t)
+	}
+	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header, Serving: serving}, r.uniform)
 	if res.Route != nil {
 		x.route = res.Route.Namespace + "/" + res.Route.Name
 	}
@@ -93,10 +154,10 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	// The target is checked before the rate limit: a request nothing can serve spends no budget.
-	server := snap.Server(res.Route.Namespace, res.Target)
-	x.server = res.Route.Namespace + "/" + res.Target
-	if server == nil {
-		fail(http.StatusServiceUnavailable, "model_server_not_found", "", fmt.Sprintf("ModelRoute %s rule %s sends to ModelServer %s, which does not exist", x.route, res.RuleName, x.server))
+	first, f := resolve(snap, res.Route.Namespace, res.Target, kind)
+	x.server, x.targetKind = res.Route.Namespace+"/"+res.Target.Name, res.Target.Kind
+	if f != nil {
+		fail(f.status, f.code, f.param, fmt.Sprintf("ModelRoute %s rule %s sends to %s", x.route, res.RuleName, f.msg))
 		return
 	}
 	rl := res.Route.Spec.RateLimit
@@ -121,24 +182,25 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 
-	if server.Model != "" && !res.Adapter && in.Model != server.Model {
-		if body, err = request.Rewrite(body, map[string]any{"model": server.Model}); err != nil {
-			fail(http.StatusBadRequest, "invalid_request", "", err.Error())
-			return
-		}
-	}
 	ctx := req.Context()
-	if server.Timeout > 0 {
+	if t := first.policy().Timeout; t > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, server.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	preq := &pick.Request{Model: in.Model, Adapter: res.Adapter, Prefix: pick.HashPrompt(in.Prompt)}
-	relayed, ok := r.forward(ctx, w, req, x, server, preq, body, limiter != nil && limits.OutputPerUnit > 0)
+	relayed, ok := r.forward(ctx, w, req, x, snap, res, first, in)
+	if relayed.Status/100 == 2 {
+		input := relayed.InputTokens
+		if input == 0 {
+			input = in.EstimatedInputTokens()
+		}
+		r.metrics.tokens.WithLabelValues(x.route, x.model, string(x.targetKind), x.server, "input").Add(float64(input))
+		r.metrics.tokens.WithLabelValues(x.route, x.model, string(x.targetKind), x.server, "output").Add(float64(relayed.OutputTokens))
+	}
 	if !ok {
 		return
 	}
-	if limiter != nil && relayed.OutputTokens > 0 {
+	if limiter != nil && limits.OutputPerUnit > 0 && relayed.OutputTokens > 0 {
 		// The client's request is over; charging must not depend on its context.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), 2*time.Second)
 		if err := limiter.ChargeOutput(cctx, x.route, limits, relayed.OutputTokens); err != nil {
@@ -160,32 +222,72 @@ func (r *Router) limiterFor(rl *networkingv1alpha1.RateLimit) ratelimit.Limiter 
 	return r.local
 }
 
-// forward sends the request to an endpoint of server, retrying on others while nothing has
-// reached the client, and relays the answer. ok is false when the client got an error.
-func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.Request, x *exchange, server *view.Server,
-	preq *pick.Request, body []byte, countTokens bool) (relayed proxy.Relayed, ok bool) {
+// forward sends the request to an endpoint of cur, retrying while nothing has reached the
+// client, and relays the answer. ok is false when the client got an error.
+//
+// The first target's trafficPolicy governs the whole request (its timeout already bounds
+// ctx). A retry goes to an endpoint not tried yet: another Ready pod of the same
+// ModelServer, else another target of the rule, drawn by weight among those that can serve
+// and were not tried. A provider is one endpoint, but a service rather than a pod: when no
+// other target is left, it is tried again.
+func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.Request, x *exchange, snap *view.Snapshot,
+	res match.Result, cur backend, in *request.Request) (relayed proxy.Relayed, ok bool) {
+	ns := res.Route.Namespace
 	tried := map[string]bool{}
-	policyAttempts, free := 1+server.RetryAttempts, freeRetries
+	triedTargets := map[match.Target]bool{cur.target: true}
+	fallover := func() (backend, bool) {
+		for {
+			t, found := match.Draw(res.Targets, func(t match.Target) bool {
+				return triedTargets[t] || !snap.Serving(ns, t)
+			}, nil, r.uniform)
+			if !found {
+				return backend{}, false
+			}
+			triedTargets[t] = true
+			if b, f := resolve(snap, ns, t, in.Kind); f == nil {
+				return b, true
+			}
+		}
+	}
+	pol := cur.policy()
+	policyAttempts, free := 1+pol.RetryAttempts, freeRetries
+	preq := &pick.Request{Model: in.Model, Adapter: res.Adapter, Prefix: pick.HashPrompt(in.Prompt)}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		x.attempts = attempt
-		target, ends, err := r.choose(server, preq, tried)
+		if attempt > 1 && cur.provider != nil {
+			if next, found := fallover(); found {
+				cur = next
+			}
+		}
+		dst, ends, err := r.destination(cur, preq, tried)
+		for err != nil && attempt > 1 {
+			next, found := fallover()
+			if !found {
+				break
+			}
+			cur = next
+			dst, ends, err = r.destination(cur, preq, tried)
+		}
+		x.server, x.targetKind = ns+"/"+cur.target.Name, cur.target.Kind
 		if err != nil {
 			msg := err.Error()
 			if lastErr != nil {
 				msg = fmt.Sprintf("%s; last attempt: %v", msg, lastErr)
 			}
 			x.status, x.reason = http.StatusServiceUnavailable, msg
-			writeError(w, x.status, "no_endpoint", "", msg)
+			writeErrorFor(in.Kind, w, x.status, "no_endpoint", "", msg)
 			return relayed, false
 		}
-		x.endpoint = target.name
+		x.endpoint = dst.name
 		sent := time.Now()
-		var resp *http.Response
-		if server.Disaggregated() {
-			resp, err = r.proxy.Disaggregated(ctx, server.Connector, req.URL.Path, req.Header, body, target.pd)
-		} else {
-			resp, err = r.proxy.Send(ctx, target.url, req.URL.Path, req.Header, nil, body)
+		resp, translate, err := r.send(ctx, req, cur, dst, in, res.Adapter)
+		var reqErr *anthropic.RequestError
+		if errors.As(err, &reqErr) {
+			ends(math.NaN())
+			x.status, x.reason = http.StatusBadRequest, reqErr.Message
+			writeErrorFor(in.Kind, w, x.status, "invalid_request", reqErr.Param, reqErr.Message)
+			return relayed, false
 		}
 		goneAway := err != nil && ctx.Err() == nil && (proxy.DialFailed(err) || proxy.ClosedBeforeAnswer(err))
 		canRetry := attempt < policyAttempts || (goneAway && free > 0)
@@ -195,18 +297,26 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 				status, code := http.StatusBadGateway, "upstream_error"
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 					status, code = http.StatusGatewayTimeout, "timeout"
-					err = fmt.Errorf("%s did not answer within its timeout %s", server, server.Timeout)
+					err = fmt.Errorf("%s did not answer within its timeout %s", cur, pol.Timeout)
 				} else if req.Context().Err() != nil {
 					status, err = 499, errors.New("the client went away")
 				}
-				x.status, x.reason = status, fmt.Sprintf("%s endpoint %s: %v", server, target.name, err)
+				where := fmt.Sprintf("%s endpoint %s", cur, dst.name)
+				if cur.provider != nil {
+					where = cur.String()
+				}
+				x.status, x.reason = status, fmt.Sprintf("%s: %v", where, err)
 				if status != 499 {
-					writeError(w, status, code, "", x.reason)
+					writeErrorFor(in.Kind, w, status, code, "", x.reason)
 				}
 				return relayed, false
 			}
-			w.Header().Set("X-Berth-Endpoint", target.name)
-			relayed = proxy.Relay(w, resp, countTokens)
+			w.Header().Set("X-Berth-Endpoint", dst.name)
+			if translate {
+				relayed = proxy.RelayTranslated(w, resp, &messagesTranslator{stream: anthropic.Stream{InputEstimate: in.EstimatedInputTokens()}})
+			} else {
+				relayed = proxy.Relay(w, resp, true)
+			}
 			ttft := math.NaN()
 			switch {
 			case relayed.Status >= 500 || relayed.Status == http.StatusTooManyRequests:
@@ -222,31 +332,94 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 			}
 			return relayed, relayed.Status/100 == 2
 		}
-		// Retry on another endpoint: nothing reached the client yet.
+		// Retry: nothing reached the client yet.
 		ends(pick.Failed)
 		reason := "transport"
 		if err == nil {
 			reason = strconv.Itoa(resp.StatusCode)
-			lastErr = fmt.Errorf("endpoint %s answered %s", target.name, resp.Status)
+			lastErr = fmt.Errorf("%s answered %s", dst.name, resp.Status)
 			proxy.Discard(resp)
 		} else {
-			lastErr = fmt.Errorf("endpoint %s: %w", target.name, err)
+			lastErr = fmt.Errorf("%s: %w", dst.name, err)
 		}
 		if attempt >= policyAttempts {
 			free--
 		}
 		r.metrics.retries.WithLabelValues(x.server, reason).Inc()
-		r.log.V(1).Info("retrying on another endpoint", "server", x.server, "failed", target.name, "reason", lastErr.Error(), "attempt", attempt)
-		for _, a := range target.addrs {
+		r.log.V(1).Info("retrying", "target", cur.String(), "failed", dst.name, "reason", lastErr.Error(), "attempt", attempt)
+		for _, a := range dst.addrs {
 			tried[a] = true
 		}
-		if attempt < policyAttempts && server.RetryInterval > 0 {
+		if attempt < policyAttempts && pol.RetryInterval > 0 {
 			select {
 			case <-ctx.Done():
-			case <-time.After(server.RetryInterval):
+			case <-time.After(pol.RetryInterval):
 			}
 		}
 	}
+}
+
+// destination is where an attempt on b goes: an endpoint (or PD pair) of a ModelServer not
+// tried yet, or the provider.
+func (r *Router) destination(b backend, preq *pick.Request, tried map[string]bool) (target, func(float64), error) {
+	if b.provider != nil {
+		return target{name: b.provider.String()}, func(float64) {}, nil
+	}
+	return r.choose(b.server, preq, tried)
+}
+
+// send makes one attempt: the body as b needs it (its model name; a Messages request
+// translated into a chat completion unless b is an Anthropic provider), to dst. translate
+// says the answer must be translated back into a Messages answer.
+func (r *Router) send(ctx context.Context, req *http.Request, b backend, dst target, in *request.Request, adapter bool) (resp *http.Response, translate bool, err error) {
+	body, path := in.Body, in.Kind.Path()
+	model := ""
+	if b.provider != nil {
+		model = b.provider.Model
+	} else if !adapter {
+		model = b.server.Model
+	}
+	if model != "" && model != in.Model {
+		if body, err = request.Rewrite(body, map[string]any{"model": model}); err != nil {
+			return nil, false, &anthropic.RequestError{Message: err.Error()}
+		}
+	}
+	if in.Kind == request.Messages && (b.provider == nil || b.provider.Type != networkingv1alpha1.Anthropic) {
+		if body, err = anthropic.ToChat(body); err != nil {
+			return nil, false, err
+		}
+		path, translate = request.ChatPath, true
+	}
+	switch {
+	case b.provider != nil:
+		resp, err = r.proxy.SendProvider(ctx, provider.URL(b.provider, path), provider.Header(b.provider, req.Header), body, b.provider.InsecureSkipVerify)
+	case b.server.Disaggregated():
+		resp, err = r.proxy.Disaggregated(ctx, b.server.Connector, path, req.Header, body, dst.pd)
+	default:
+		resp, err = r.proxy.Send(ctx, dst.url, path, req.Header, nil, body)
+	}
+	return resp, translate, err
+}
+
+// messagesTranslator turns chat completion answers into Messages answers (package
+// anthropic) for proxy.RelayTranslated.
+type messagesTranslator struct{ stream anthropic.Stream }
+
+func (t *messagesTranslator) Body(status int, body []byte) ([]byte, int64, int64) {
+	out, u := anthropic.Response(status, body)
+	return out, u.Input, u.Output
+}
+func (t *messagesTranslator) Stream(p []byte) []byte { return t.stream.Feed(p) }
+func (t *messagesTranslator) End() []byte            { return t.stream.End() }
+func (t *messagesTranslator) Usage() (int64, int64) {
+	u := t.stream.Usage()
+	return u.Input, u.Output
+}
+func (t *messagesTranslator) ContentType(stream bool) string {
+	if stream {
+		return "text/event-stream; charset=utf-8"
+	}
+	return "application/json"
 }
 
 // target is where one attempt goes.

@@ -14,6 +14,7 @@ type metrics struct {
 	ttft        *prometheus.HistogramVec
 	picks       *prometheus.CounterVec
 	retries     *prometheus.CounterVec
+	tokens      *prometheus.CounterVec
 	rateLimited *prometheus.CounterVec
 	limiterErrs prometheus.Counter
 	inflight    prometheus.Gauge
@@ -42,8 +43,12 @@ func newMetrics() *metrics {
 	}, []string{"server", "pod", "role"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_router_retries_total",
-		Help: "Attempts retried on another endpoint, by ModelServer and reason (status code or transport).",
+		Help: "Attempts retried, by the target that failed (ModelServer or ExternalModelProvider, namespace/name) and reason (status code or transport).",
 	}, []string{"server", "reason"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_router_tokens_total",
+		Help: "Tokens of answered requests by ModelRoute, model, target (kind: ModelServer or ExternalModelProvider; namespace/name) and type (input or output), from the answer's usage (OpenAI's or Anthropic's), else the router's estimate (input) or its count of streamed chunks (output).",
+	}, []string{"route", "model", "target_kind", "target", "type"})
 	m.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_router_rate_limited_total",
 		Help: "Requests refused with 429 by a ModelRoute's rate limit.",
@@ -54,7 +59,7 @@ func newMetrics() *metrics {
 	})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_router_inflight_requests", Help: "Requests being served now."})
 	m.endpoints = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_router_endpoints", Help: "Ready endpoints across all ModelServers."})
-	m.registry.MustRegister(m.requests, m.duration, m.ttft, m.picks, m.retries, m.rateLimited, m.limiterErrs, m.inflight, m.endpoints,
+	m.registry.MustRegister(m.requests, m.duration, m.ttft, m.picks, m.retries, m.tokens, m.rateLimited, m.limiterErrs, m.inflight, m.endpoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

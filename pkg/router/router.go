@@ -135,7 +135,13 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	if err := apicheck.Check(cfg, "berth-router", requiredAPIs(o)); err != nil {
 		return nil, err
 	}
-	v, err := view.New(cfg, log.WithName("view"))
+	// ExternalModelProviders came after Kthena v1.0.0: beside that release's CRDs the router
+	// runs without them (a route naming one finds none) rather than refusing to start.
+	providers := apicheck.Check(cfg, "berth-router", providerAPIs()) == nil
+	if !providers {
+		log.Info("the apiserver does not serve ExternalModelProviders; routes can target ModelServers only", "crd", "externalmodelproviders.networking.serving.volcano.sh")
+	}
+	v, err := view.New(cfg, providers, log.WithName("view"))
 	if err != nil {
 		return nil, err
 	}
@@ -187,10 +193,11 @@ func (r *Router) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", r.serveInference)
 	mux.HandleFunc("/v1/completions", r.serveInference)
+	mux.HandleFunc("/v1/messages", r.serveInference)
 	mux.HandleFunc("GET /v1/models", r.serveModels)
 	r.health(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("berth-router serves /v1/chat/completions, /v1/completions and /v1/models, not %s", req.URL.Path))
+		writeError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("berth-router serves /v1/chat/completions, /v1/completions, /v1/messages and /v1/models, not %s", req.URL.Path))
 	})
 	return mux
 }

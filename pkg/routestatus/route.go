@@ -33,7 +33,8 @@ import (
 const (
 	// ConditionAccepted: berth-router compiles the route and it is the one serving its model.
 	ConditionAccepted = "Accepted"
-	// ConditionResolvedRefs: every targetModels[].modelServerName names a ModelServer.
+	// ConditionResolvedRefs: every targetModels[].modelServerName names a ModelServer, every
+	// externalModelProviderName an ExternalModelProvider.
 	ConditionResolvedRefs = "ResolvedRefs"
 
 	ReasonAccepted            = "Accepted"
@@ -41,11 +42,15 @@ const (
 	ReasonModelNameInUse      = "ModelNameInUse"
 	ReasonAllModelServersSeen = "ModelServersFound"
 	ReasonModelServerNotFound = "ModelServerNotFound"
+	// ReasonProviderNotFound: a target names no ExternalModelProvider (and every ModelServer
+	// it names exists).
+	ReasonProviderNotFound = "ExternalModelProviderNotFound"
 )
 
 // RouteReconciler keeps each ModelRoute's Accepted and ResolvedRefs conditions current. It
 // is woken by its route, by any route (a route created or deleted elsewhere changes which
-// route serves a shared model name) and by ModelServers of the route's namespace.
+// route serves a shared model name) and by ModelServers and ExternalModelProviders of the
+// route's namespace.
 type RouteReconciler struct {
 	// Scope is which objects it acts on (scope.All when zero).
 	Scope    scope.Mode
@@ -56,7 +61,7 @@ type RouteReconciler struct {
 // RBAC: ModelRoute and ModelServer status; a ModelServer's condition counts the pods its
 // selector matches.
 //
-// +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelroutes;modelservers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelroutes;modelservers;externalmodelproviders,verbs=get;list;watch
 // +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelroutes/status;modelservers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
@@ -64,6 +69,7 @@ func (r *RouteReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named("modelroute-status").
 		For(&networkingv1alpha1.ModelRoute{}).
 		Watches(&networkingv1alpha1.ModelServer{}, handler.EnqueueRequestsFromMapFunc(r.routesOfNamespace)).
+		Watches(&networkingv1alpha1.ExternalModelProvider{}, handler.EnqueueRequestsFromMapFunc(r.routesOfNamespace)).
 		// Which route serves a model name is decided across namespaces (the router's table
 		// is keyed by name only), so a route's arrival or departure can change another's
 		// Accepted condition.
@@ -116,13 +122,20 @@ func (r *RouteReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.List(ctx, &servers, client.InNamespace(mr.Namespace)); err != nil {
 		return ctrl.Result{}, err
 	}
+	var providers networkingv1alpha1.ExternalModelProviderList
+	if err := r.Client.List(ctx, &providers, client.InNamespace(mr.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
 	var routes networkingv1alpha1.ModelRouteList
 	if err := r.Client.List(ctx, &routes); err != nil {
 		return ctrl.Result{}, err
 	}
-	existing := make(map[string]bool, len(servers.Items))
+	existing := Existing{Servers: make(map[string]bool, len(servers.Items)), Providers: make(map[string]bool, len(providers.Items))}
 	for _, s := range servers.Items {
-		existing[s.Name] = true
+		existing.Servers[s.Name] = true
+	}
+	for _, p := range providers.Items {
+		existing.Providers[p.Name] = true
 	}
 	status := mr.Status.DeepCopy()
 	status.ObservedGeneration = mr.Generation
@@ -181,17 +194,29 @@ func Accepted(mr *networkingv1alpha1.ModelRoute, all []networkingv1alpha1.ModelR
 	return c
 }
 
+// Existing are the names of the ModelServers and ExternalModelProviders of a namespace.
+type Existing struct {
+	Servers, Providers map[string]bool
+}
+
 // ResolvedRefs is the route's ResolvedRefs condition: False, naming each field, when a
-// target names a ModelServer that does not exist in the route's namespace (the router
-// answers 503 for that target's share of the traffic).
-func ResolvedRefs(mr *networkingv1alpha1.ModelRoute, existing map[string]bool) metav1.Condition {
+// target names a ModelServer or an ExternalModelProvider that does not exist in the route's
+// namespace (the router answers 503 for that target's share of the traffic).
+func ResolvedRefs(mr *networkingv1alpha1.ModelRoute, existing Existing) metav1.Condition {
 	c := metav1.Condition{Type: ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: ReasonAllModelServersSeen, ObservedGeneration: mr.Generation}
 	var missing []string
-	targets := 0
+	targets, missingServers := 0, 0
 	for i, rule := range mr.Spec.Rules {
 		for j, tm := range rule.TargetModels {
 			targets++
-			if !existing[tm.ModelServerName] {
+			switch {
+			case tm.ExternalModelProviderName != "":
+				if !existing.Providers[tm.ExternalModelProviderName] {
+					missing = append(missing, fmt.Sprintf("spec.rules[%d].targetModels[%d].externalModelProviderName: ExternalModelProvider %q not found in namespace %q",
+						i, j, tm.ExternalModelProviderName, mr.Namespace))
+				}
+			case !existing.Servers[tm.ModelServerName]:
+				missingServers++
 				missing = append(missing, fmt.Sprintf("spec.rules[%d].targetModels[%d].modelServerName: ModelServer %q not found in namespace %q",
 					i, j, tm.ModelServerName, mr.Namespace))
 			}
@@ -199,10 +224,13 @@ func ResolvedRefs(mr *networkingv1alpha1.ModelRoute, existing map[string]bool) m
 	}
 	if len(missing) > 0 {
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonModelServerNotFound
+		if missingServers == 0 {
+			c.Reason = ReasonProviderNotFound
+		}
 		c.Message = strings.Join(missing, "; ")
 		return c
 	}
-	c.Message = fmt.Sprintf("every target (%d) names an existing ModelServer", targets)
+	c.Message = fmt.Sprintf("every target (%d) names an existing ModelServer or ExternalModelProvider", targets)
 	return c
 }
 

@@ -25,16 +25,30 @@ func route(ns, name, model string, created time.Time, servers ...string) network
 
 func TestResolvedRefsNamesEachMissingTarget(t *testing.T) {
 	mr := route("a", "r", "qwen", time.Now(), "qwen", "gone", "also-gone")
-	c := ResolvedRefs(&mr, map[string]bool{"qwen": true})
+	c := ResolvedRefs(&mr, Existing{Servers: map[string]bool{"qwen": true}})
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
 	assert.Equal(t, ReasonModelServerNotFound, c.Reason)
 	assert.Contains(t, c.Message, `spec.rules[0].targetModels[1].modelServerName: ModelServer "gone" not found in namespace "a"`)
 	assert.Contains(t, c.Message, `spec.rules[0].targetModels[2].modelServerName: ModelServer "also-gone"`)
 	assert.NotContains(t, c.Message, `"qwen" not found`)
 
-	c = ResolvedRefs(&mr, map[string]bool{"qwen": true, "gone": true, "also-gone": true})
+	c = ResolvedRefs(&mr, Existing{Servers: map[string]bool{"qwen": true, "gone": true, "also-gone": true}})
 	assert.Equal(t, metav1.ConditionTrue, c.Status)
 	assert.Contains(t, c.Message, "every target (3)")
+}
+
+// A target naming an ExternalModelProvider resolves against the providers, not the servers.
+func TestResolvedRefsLooksProvidersUp(t *testing.T) {
+	mr := route("a", "r", "qwen", time.Now(), "qwen")
+	mr.Spec.Rules[0].TargetModels = append(mr.Spec.Rules[0].TargetModels, networkingv1alpha1.TargetModel{ExternalModelProviderName: "openai"})
+	c := ResolvedRefs(&mr, Existing{Servers: map[string]bool{"qwen": true, "openai": true}})
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	assert.Equal(t, ReasonProviderNotFound, c.Reason)
+	assert.Contains(t, c.Message, `spec.rules[0].targetModels[1].externalModelProviderName: ExternalModelProvider "openai" not found in namespace "a"`)
+
+	c = ResolvedRefs(&mr, Existing{Servers: map[string]bool{"qwen": true}, Providers: map[string]bool{"openai": true}})
+	assert.Equal(t, metav1.ConditionTrue, c.Status)
+	assert.Contains(t, c.Message, "every target (2) names an existing ModelServer or ExternalModelProvider")
 }
 
 func TestAcceptedRefusesABadRegexAndAShadowedModelName(t *testing.T) {

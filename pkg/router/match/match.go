@@ -1,8 +1,9 @@
-// Package match decides which ModelServer a request goes to, with ModelRoute's semantics
-// (seed 001): the request's model selects a route by modelName, else by loraAdapters; the
-// route's rules are tried in order and the first whose modelMatch holds wins (an absent or
-// empty modelMatch matches everything); the rule's targetModels share its traffic by weight
-// (default 100, 0 sends none). It is pure: the view builds a Table, the handler asks it.
+// Package match decides which target (a ModelServer, or an ExternalModelProvider as Kthena
+// writes it since v1.0) a request goes to, with ModelRoute's semantics (seed 001): the
+// request's model selects a route by modelName, else by loraAdapters; the route's rules are
+// tried in order and the first whose modelMatch holds wins (an absent or empty modelMatch
+// matches everything); the rule's targetModels share its traffic by weight (default 100, 0
+// sends none). It is pure: the view builds a Table, the handler asks it.
 package match
 
 import (
@@ -21,17 +22,41 @@ type Input struct {
 	Model  string
 	Path   string
 	Header http.Header
-	// Serving, when set, says whether a ModelServer (namespace, name) has a Ready endpoint.
-	// The weighted draw then skips targets that cannot serve, as long as another target of
-	// the rule can: a backend scaled to zero must not fail its share of the traffic.
-	Serving func(namespace, name string) bool
+	// Serving, when set, says whether a target of a route in namespace can take this
+	// request now (a ModelServer with a Ready endpoint; a provider whose credential is
+	// loaded and that speaks the request's API). The weighted draw then skips targets that
+	// cannot serve, as long as another target of the rule can: a backend scaled to zero
+	// must not fail its share of the traffic.
+	Serving func(namespace string, t Target) bool
 }
+
+// Kind is what a target names.
+type Kind string
+
+const (
+	// ModelServer: targetModels[].modelServerName.
+	ModelServer Kind = "ModelServer"
+	// Provider: targetModels[].externalModelProviderName.
+	Provider Kind = "ExternalModelProvider"
+)
+
+// Target is one of a rule's targetModels.
+type Target struct {
+	Kind   Kind
+	Name   string // in the route's namespace
+	Weight uint32
+}
+
+// String is "ModelServer name" or "ExternalModelProvider name".
+func (t Target) String() string { return string(t.Kind) + " " + t.Name }
 
 // Result is the chosen route, rule and target.
 type Result struct {
 	Route    *networkingv1alpha1.ModelRoute
 	RuleName string // the rule's name, or "rule-<index>" when it has none
-	Target   string // ModelServer name, in the route's namespace
+	Target   Target
+	// Targets are all of the rule's targets, for a retry that goes to another one.
+	Targets []Target
 	// Adapter is true when the model matched one of the route's loraAdapters: the engine
 	// serves it under that name, so the router must not rewrite it to the base model.
 	Adapter bool
@@ -64,8 +89,7 @@ type rule struct {
 	uri     *stringMatch
 	headers map[string]*stringMatch // canonical header name
 	model   *string
-	targets []networkingv1alpha1.TargetModel
-	total   uint64
+	targets []Target
 }
 
 type stringMatch struct {
@@ -135,12 +159,16 @@ func ServedBefore(a, b *networkingv1alpha1.ModelRoute) bool {
 func compile(mr *networkingv1alpha1.ModelRoute) (*route, error) {
 	r := &route{obj: mr}
 	for i, ru := range mr.Spec.Rules {
-		c := rule{name: ru.Name, targets: ru.TargetModels}
+		c := rule{name: ru.Name}
 		if c.name == "" {
 			c.name = fmt.Sprintf("rule-%d", i)
 		}
 		for _, tm := range ru.TargetModels {
-			c.total += uint64(weightOf(tm))
+			t := Target{Kind: ModelServer, Name: tm.ModelServerName, Weight: weightOf(tm)}
+			if tm.ExternalModelProviderName != "" {
+				t.Kind, t.Name = Provider, tm.ExternalModelProviderName
+			}
+			c.targets = append(c.targets, t)
 		}
 		if m := ru.ModelMatch; m != nil {
 			var err error
@@ -186,6 +214,41 @@ func weightOf(tm networkingv1alpha1.TargetModel) uint32 {
 	return *tm.Weight
 }
 
+// Draw picks one of targets by weight, leaving out those tried (nil: none) and those with
+// weight 0. Among the rest it prefers those serving (nil: all are): only when none of them
+// serves does it draw over all, so that the request then fails naming the target it drew,
+// which is what the user needs to see. ok is false when no target is left.
+func Draw(targets []Target, tried func(Target) bool, serving func(Target) bool, rnd func(n uint64) uint64) (Target, bool) {
+	var all, up uint64
+	for _, t := range targets {
+		if t.Weight == 0 || (tried != nil && tried(t)) {
+			continue
+		}
+		all += uint64(t.Weight)
+		if serving == nil || serving(t) {
+			up += uint64(t.Weight)
+		}
+	}
+	if all == 0 {
+		return Target{}, false
+	}
+	total, usable := all, func(Target) bool { return true }
+	if up > 0 && up < all {
+		total, usable = up, serving
+	}
+	n := rnd(total)
+	for _, t := range targets {
+		if t.Weight == 0 || (tried != nil && tried(t)) || !usable(t) {
+			continue
+		}
+		if n < uint64(t.Weight) {
+			return t, true
+		}
+		n -= uint64(t.Weight)
+	}
+	return Target{}, false // not reached: n < total
+}
+
 // Models lists every model name and adapter some route serves, sorted (for /v1/models).
 func (t *Table) Models() []string { return t.models }
 
@@ -204,37 +267,17 @@ func (t *Table) Match(in Input, rnd func(n uint64) uint64) (Result, error) {
 		if !ru.matches(in) {
 			continue
 		}
-		res := Result{Route: r.obj, RuleName: ru.name, Adapter: adapter}
-		if ru.total == 0 {
+		res := Result{Route: r.obj, RuleName: ru.name, Targets: ru.targets, Adapter: adapter}
+		var serving func(Target) bool
+		if in.Serving != nil {
+			serving = func(t Target) bool { return in.Serving(r.obj.Namespace, t) }
+		}
+		t, ok := Draw(ru.targets, nil, serving, rnd)
+		if !ok {
 			return res, fmt.Errorf("%w: rule %s of ModelRoute %s/%s has no target with weight above 0", ErrNoTraffic, ru.name, r.obj.Namespace, r.obj.Name)
 		}
-		total, usable := ru.total, func(networkingv1alpha1.TargetModel) bool { return true }
-		if in.Serving != nil {
-			var serving uint64
-			for _, tm := range ru.targets {
-				if in.Serving(r.obj.Namespace, tm.ModelServerName) {
-					serving += uint64(weightOf(tm))
-				}
-			}
-			// With no target serving, draw over all: the request then fails naming the
-			// target it drew, which is what the user needs to see.
-			if serving > 0 && serving < total {
-				total = serving
-				usable = func(tm networkingv1alpha1.TargetModel) bool { return in.Serving(r.obj.Namespace, tm.ModelServerName) }
-			}
-		}
-		n := rnd(total)
-		for _, tm := range ru.targets {
-			if !usable(tm) {
-				continue
-			}
-			w := uint64(weightOf(tm))
-			if n < w {
-				res.Target = tm.ModelServerName
-				return res, nil
-			}
-			n -= w
-		}
+		res.Target = t
+		return res, nil
 	}
 	return Result{Route: r.obj, Adapter: adapter}, fmt.Errorf("%w ModelRoute %s/%s for this request", ErrNoRule, r.obj.Namespace, r.obj.Name)
 }

@@ -66,7 +66,7 @@ func TestRuleKinds(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, tc.target, res.Target)
+			assert.Equal(t, tc.target, res.Target.Name)
 			assert.Equal(t, tc.adapter, res.Adapter)
 		})
 	}
@@ -83,7 +83,7 @@ func TestEmptyMatchMatchesAllAndOldestRouteWins(t *testing.T) {
 	assert.Contains(t, errs[0].Error(), "ModelRoute ns/bad: rules[0].modelMatch.uri: regex")
 	res, err := table.Match(Input{Model: "m", Path: "/anything"}, first)
 	require.NoError(t, err)
-	assert.Equal(t, "a", res.Target)
+	assert.Equal(t, "a", res.Target.Name)
 	assert.Equal(t, "rule-0", res.RuleName)
 }
 
@@ -95,7 +95,7 @@ func TestZeroWeightTakesNoTraffic(t *testing.T) {
 	for range 1000 {
 		res, err := table.Match(Input{Model: "m", Path: "/"}, rng.Uint64N)
 		require.NoError(t, err)
-		require.Equal(t, "on", res.Target)
+		require.Equal(t, "on", res.Target.Name)
 	}
 	table, _ = NewTable([]*networkingv1alpha1.ModelRoute{mr("r", 0, networkingv1alpha1.ModelRouteSpec{ModelName: "m", Rules: []networkingv1alpha1.Rule{
 		{TargetModels: []networkingv1alpha1.TargetModel{{ModelServerName: "off", Weight: w(0)}}},
@@ -112,12 +112,12 @@ func TestTargetsWithoutEndpointsAreSkipped(t *testing.T) {
 	}})})
 	rng := rand.New(rand.NewPCG(3, 4))
 	up := map[string]bool{"h100": true, "l40": true}
-	in := Input{Model: "m", Path: "/", Serving: func(ns, name string) bool { assert.Equal(t, "ns", ns); return up[name] }}
+	in := Input{Model: "m", Path: "/", Serving: func(ns string, tg Target) bool { assert.Equal(t, "ns", ns); return up[tg.Name] }}
 	counts := map[string]int{}
 	for range 7000 {
 		res, err := table.Match(in, rng.Uint64N)
 		require.NoError(t, err)
-		counts[res.Target]++
+		counts[res.Target.Name]++
 	}
 	assert.Zero(t, counts["a100"])
 	assert.InDelta(t, 6000, counts["h100"], 300, "60:10 of the serving targets")
@@ -129,7 +129,7 @@ func TestTargetsWithoutEndpointsAreSkipped(t *testing.T) {
 	for range 1000 {
 		res, err := table.Match(in, rng.Uint64N)
 		require.NoError(t, err)
-		counts[res.Target]++
+		counts[res.Target.Name]++
 	}
 	assert.Len(t, counts, 3)
 }
@@ -151,7 +151,7 @@ func TestWeightsChiSquared(t *testing.T) {
 	for range n {
 		res, err := table.Match(Input{Model: "m", Path: "/"}, rng.Uint64N)
 		require.NoError(t, err)
-		counts[res.Target]++
+		counts[res.Target.Name]++
 	}
 	chi := 0.0
 	for i, wt := range weights {
@@ -160,4 +160,37 @@ func TestWeightsChiSquared(t *testing.T) {
 		chi += d * d / exp
 	}
 	assert.Less(t, chi, 16.27, "counts %v", counts)
+}
+
+// A target names a ModelServer or an ExternalModelProvider; Draw leaves out tried and
+// weight-0 targets and prefers serving ones, for a retry on another target.
+func TestProviderTargetsAndDraw(t *testing.T) {
+	table, errs := NewTable([]*networkingv1alpha1.ModelRoute{mr("r", 0, networkingv1alpha1.ModelRouteSpec{ModelName: "m", Rules: []networkingv1alpha1.Rule{{
+		TargetModels: []networkingv1alpha1.TargetModel{
+			{ModelServerName: "local", Weight: w(0)},
+			{ExternalModelProviderName: "hosted", Weight: w(30)},
+			{ModelServerName: "gpu", Weight: w(70)},
+		}}}})})
+	require.Empty(t, errs)
+	res, err := table.Match(Input{Model: "m", Path: "/v1/messages"}, first)
+	require.NoError(t, err)
+	assert.Equal(t, Target{Kind: Provider, Name: "hosted", Weight: 30}, res.Target)
+	assert.Len(t, res.Targets, 3)
+
+	tried := func(t Target) bool { return t.Name == "hosted" }
+	next, ok := Draw(res.Targets, tried, nil, first)
+	require.True(t, ok)
+	assert.Equal(t, "gpu", next.Name, "the weight-0 target is never drawn, the tried one is left out")
+	_, ok = Draw(res.Targets, func(t Target) bool { return t.Name != "local" }, nil, first)
+	assert.False(t, ok, "only a weight-0 target left")
+
+	up := func(t Target) bool { return t.Kind == ModelServer }
+	for range 20 {
+		got, ok := Draw(res.Targets, nil, up, rand.Uint64N)
+		require.True(t, ok)
+		assert.Equal(t, "gpu", got.Name, "the serving target is preferred")
+	}
+	got, ok := Draw(res.Targets, nil, func(Target) bool { return false }, first)
+	require.True(t, ok)
+	assert.Equal(t, "hosted", got.Name, "none serving: drawn over all, to name one in the error")
 }

@@ -68,6 +68,9 @@ func FuzzTokenCounter(f *testing.F) {
 	f.Add([]byte("data: {\"choices\":[1]}"), []byte{})
 	f.Add([]byte("data:{\"usage\":{\"completion_tokens\":-1},\"choices\":[]}\n\n: comment\nevent: x\n\n"), []byte{2, 2})
 	f.Add([]byte("\n\n\ndata: [DONE]\n"), []byte{0})
+	f.Add([]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n"+
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n"+
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":4}}\n\n"), []byte{3, 40})
 
 	f.Fuzz(func(t *testing.T, data, cuts []byte) {
 		var whole tokenCounter
@@ -88,10 +91,12 @@ func FuzzTokenCounter(f *testing.F) {
 		}
 		split.feed(rest)
 
-		if whole.tokens() != split.tokens() {
-			t.Fatalf("whole %d tokens, split %d (cuts %v)", whole.tokens(), split.tokens(), cuts)
+		wi, wo := whole.tokens()
+		si, so := split.tokens()
+		if wi != si || wo != so {
+			t.Fatalf("whole %d+%d tokens, split %d+%d (cuts %v)", wi, wo, si, so, cuts)
 		}
-		if whole.chunks != split.chunks || whole.sawUse != split.sawUse || whole.usage != split.usage {
+		if whole.chunks != split.chunks || whole.sawUse != split.sawUse || whole.input != split.input || whole.output != split.output {
 			t.Fatalf("whole %+v, split %+v", whole, split)
 		}
 	})

@@ -21,9 +21,12 @@ import (
 	"time"
 )
 
-// Proxy holds the upstream HTTP client.
+// Proxy holds the upstream HTTP clients: one for engines, two for external providers (with
+// and without certificate verification, in separate pools so one provider's
+// insecureSkipVerify never weakens another's connections).
 type Proxy struct {
-	client *http.Client
+	client                   *http.Client
+	provider, providerNoAuth *http.Client
 }
 
 // New returns a proxy. upstreamTLS is used for endpoints whose ModelServer says https (nil:
@@ -42,11 +45,53 @@ func New(upstreamTLS *tls.Config) *Proxy {
 		TLSHandshakeTimeout: 5 * time.Second,
 		ForceAttemptHTTP2:   false,
 	}
-	return &Proxy{client: &http.Client{
-		Transport: tr,
-		// An engine never redirects; following one could leave the selected pods.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Proxy{
+		client: &http.Client{
+			Transport: tr,
+			// An engine never redirects; following one could leave the selected pods.
+			CheckRedirect: noRedirect,
+		},
+		// A redirect from a provider could send its credential to another host.
+		provider:       &http.Client{Transport: providerTransport(false), CheckRedirect: noRedirect},
+		providerNoAuth: &http.Client{Transport: providerTransport(true), CheckRedirect: noRedirect},
+	}
+}
+
+// providerTransport reaches a provider across the internet: through the environment's
+// proxy (HTTPS_PROXY, NO_PROXY), HTTP/2 when offered, the system's roots unless insecure.
+func providerTransport(insecure bool) *http.Transport {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dialer.DialContext,
+		MaxIdleConns:        512,
+		MaxIdleConnsPerHost: 128,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		TLSHandshakeTimeout: 10 * time.Second,
+		ForceAttemptHTTP2:   true,
+	}
+	if insecure {
+		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the provider's insecureSkipVerify, off by default
+	}
+	return tr
+}
+
+// SendProvider posts body to url (a provider's endpoint) with exactly header: the caller
+// built it from an allowlist, the provider's headers and its credential.
+func (p *Proxy) SendProvider(ctx context.Context, url string, header http.Header, body []byte, insecureSkipVerify bool) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = header
+	req.ContentLength = int64(len(body))
+	c := p.provider
+	if insecureSkipVerify {
+		c = p.providerNoAuth
+	}
+	return c.Do(req)
 }
 
 // Client is the proxy's HTTP client, shared with the metrics scraper.
@@ -133,9 +178,13 @@ type Relayed struct {
 	Bytes  int64
 	// FirstByte is when the first body byte reached the client (zero if none did).
 	FirstByte time.Time
-	// OutputTokens is the response's usage.completion_tokens, or for a stream without a
-	// usage chunk the number of chunks that carried choices.
+	// OutputTokens is the response's usage.completion_tokens (OpenAI) or output_tokens
+	// (Anthropic), or for a stream without usage the number of chunks that carried text.
 	OutputTokens int64
+	// InputTokens is the response's usage.prompt_tokens (OpenAI) or input_tokens plus
+	// cache_creation_input_tokens and cache_read_input_tokens (Anthropic); 0 when the
+	// response reported none.
+	InputTokens int64
 	// Err is a failure while copying (upstream broke, or the client went away).
 	Err error
 }
@@ -198,26 +247,43 @@ func Relay(w http.ResponseWriter, resp *http.Response, countTokens bool) Relayed
 	switch {
 	case !countTokens:
 	case stream:
-		out.OutputTokens = counter.tokens()
+		out.InputTokens, out.OutputTokens = counter.tokens()
 	default:
-		out.OutputTokens = usageOf(kept.Bytes())
+		out.InputTokens, out.OutputTokens = usageOf(kept.Bytes())
 	}
 	return out
 }
 
-type usageBody struct {
-	Usage *struct {
-		CompletionTokens int64 `json:"completion_tokens"`
-	} `json:"usage"`
-	Choices []json.RawMessage `json:"choices"`
+// usage is the usage object of either API: OpenAI's prompt/completion tokens, Anthropic's
+// input/output tokens (with the cached input counted apart).
+type usage struct {
+	PromptTokens             int64 `json:"prompt_tokens"`
+	CompletionTokens         int64 `json:"completion_tokens"`
+	InputTokens              int64 `json:"input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
 }
 
-func usageOf(body []byte) int64 {
+func (u *usage) counts() (in, out int64) {
+	return u.PromptTokens + u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, u.CompletionTokens + u.OutputTokens
+}
+
+type usageBody struct {
+	Type  string `json:"type"`
+	Usage *usage `json:"usage"`
+	// Message is Anthropic's message_start event's message, with the input usage.
+	Message *struct {
+		Usage *usage `json:"usage"`
+	} `json:"message"`
+}
+
+func usageOf(body []byte) (in, out int64) {
 	var u usageBody
 	if json.Unmarshal(body, &u) != nil || u.Usage == nil {
-		return 0
+		return 0, 0
 	}
-	return u.Usage.CompletionTokens
+	return u.Usage.counts()
 }
 
 // tokenCounter reads SSE "data:" lines as they pass.
@@ -225,10 +291,10 @@ type tokenCounter struct {
 	partial []byte
 	// skipping: the current line grew past usageCap; it is dropped up to its newline (a
 	// chunk that large is no token chunk, and keeping it would let a stream grow memory).
-	skipping bool
-	chunks   int64
-	usage    int64
-	sawUse   bool
+	skipping      bool
+	chunks        int64
+	input, output int64
+	sawUse        bool
 }
 
 func (c *tokenCounter) feed(p []byte) {
@@ -263,23 +329,127 @@ func (c *tokenCounter) line(l []byte) {
 	if len(data) == 0 || data[0] != '{' {
 		return
 	}
+	// Only chunks that mention usage are decoded: on a stream of one chunk per token,
+	// decoding every chunk would be the relay's main cost.
+	chunk := bytes.Contains(data, []byte(`"content_block_delta"`)) ||
+		(bytes.Contains(data, []byte(`"choices"`)) && !bytes.Contains(data, []byte(`"choices":[]`)))
+	if !bytes.Contains(data, []byte(`"usage"`)) {
+		if chunk {
+			c.chunks++
+		}
+		return
+	}
 	var u usageBody
 	if json.Unmarshal(data, &u) != nil {
 		return
 	}
-	if u.Usage != nil {
-		c.usage, c.sawUse = u.Usage.CompletionTokens, true
-	}
-	if len(u.Choices) > 0 {
+	if chunk {
 		c.chunks++
+	}
+	switch {
+	case u.Type == "message_start" && u.Message != nil && u.Message.Usage != nil:
+		// Anthropic: input at the start; output_tokens here is a placeholder.
+		c.input, _ = u.Message.Usage.counts()
+		c.sawUse = true
+	case u.Type == "message_delta" && u.Usage != nil:
+		// Anthropic: the cumulative output (and, lately, input) at the end.
+		in, out := u.Usage.counts()
+		if in > 0 {
+			c.input = in
+		}
+		c.output, c.sawUse = out, true
+	case u.Usage != nil:
+		c.input, c.output = u.Usage.counts()
+		c.sawUse = true
 	}
 }
 
-func (c *tokenCounter) tokens() int64 {
+func (c *tokenCounter) tokens() (in, out int64) {
 	if c.sawUse {
-		return c.usage
+		return c.input, c.output
 	}
-	return c.chunks
+	return 0, c.chunks
+}
+
+// Translator turns an upstream answer in one API into the client's (package anthropic's
+// translation of chat completions into Messages answers).
+type Translator interface {
+	// Body translates a whole non-streaming body of the given status.
+	Body(status int, body []byte) (out []byte, in, outTokens int64)
+	// Stream translates streaming bytes as they arrive; End closes the stream.
+	Stream(p []byte) []byte
+	End() []byte
+	// Usage is the stream's token counts once it ended.
+	Usage() (in, out int64)
+	// ContentType is the translated body's type (streaming or not).
+	ContentType(stream bool) string
+}
+
+// RelayTranslated is Relay through t: a streaming answer is translated and flushed as it
+// arrives; any other answer (an error too) is read whole, translated and written. Token
+// counts come from the translation.
+func RelayTranslated(w http.ResponseWriter, resp *http.Response, t Translator) Relayed {
+	defer resp.Body.Close()
+	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && resp.StatusCode/100 == 2
+	copyHeader(w.Header(), resp.Header)
+	w.Header().Del("Content-Length")
+	w.Header().Set("Content-Type", t.ContentType(stream))
+	out := Relayed{Status: resp.StatusCode}
+	if !stream {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, usageCap))
+		if err != nil {
+			out.Err = fmt.Errorf("reading from the engine: %w", err)
+		}
+		b, in, o := t.Body(resp.StatusCode, body)
+		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+		w.WriteHeader(resp.StatusCode)
+		out.FirstByte = time.Now()
+		n, werr := w.Write(b)
+		out.Bytes, out.InputTokens, out.OutputTokens = int64(n), in, o
+		if werr != nil && out.Err == nil {
+			out.Err = fmt.Errorf("writing to the client: %w", werr)
+		}
+		return out
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	bp := relayBuffers.Get().(*[]byte)
+	defer relayBuffers.Put(bp)
+	buf := *bp
+	write := func(b []byte) bool {
+		if len(b) == 0 {
+			return true
+		}
+		if out.FirstByte.IsZero() {
+			out.FirstByte = time.Now()
+		}
+		n, err := w.Write(b)
+		out.Bytes += int64(n)
+		if err != nil {
+			out.Err = fmt.Errorf("writing to the client: %w", err)
+			return false
+		}
+		_ = rc.Flush()
+		return true
+	}
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 && !write(t.Stream(buf[:n])) {
+			return out
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			out.Err = fmt.Errorf("reading from the engine: %w", rerr)
+			break
+		}
+	}
+	if out.Err == nil {
+		write(t.End())
+	}
+	out.InputTokens, out.OutputTokens = t.Usage()
+	return out
 }
 
 // ReadAll reads a small response body (a prefill answer) and closes it.

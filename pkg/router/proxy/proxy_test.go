@@ -496,3 +496,37 @@ type closeFunc struct {
 }
 
 func (c closeFunc) Close() error { c.f(); return nil }
+
+// Anthropic's usage counts as OpenAI's does: input_tokens plus the cached input, and
+// output_tokens, from a message or from a stream's message_start and message_delta.
+func TestRelayCountsAnthropicUsage(t *testing.T) {
+	for _, tt := range []struct {
+		name, contentType, body string
+		in, out                 int64
+	}{
+		{"message", "application/json",
+			`{"id":"msg_1","type":"message","content":[{"type":"text","text":"a b"}],"usage":{"input_tokens":10,"cache_creation_input_tokens":3,"cache_read_input_tokens":4,"output_tokens":2}}`,
+			17, 2},
+		{"stream", "text/event-stream",
+			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n" +
+				"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n" +
+				"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" b\"}}\n\n" +
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n" +
+				"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+			9, 2},
+		{"stream without usage counts deltas", "text/event-stream",
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"a\"}}\n\n" +
+				"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+			0, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			r := Relay(w, fakeResponse(http.StatusOK, http.Header{"Content-Type": {tt.contentType}}, tt.body, -1), true)
+			require.NoError(t, r.Err)
+			assert.Equal(t, tt.in, r.InputTokens, "input")
+			assert.Equal(t, tt.out, r.OutputTokens, "output")
+			assert.Equal(t, tt.body, w.Body.String())
+		})
+	}
+}

@@ -1,7 +1,8 @@
-// Package request reads an OpenAI-style inference request the way berth-router needs it:
-// the model it asks for, whether it streams, the prompt text (for prefix-aware picking and
-// the input-token estimate) and how many tokens it may generate. It also rewrites bodies
-// (the model, PD-disaggregation fields) without touching any field it does not know, so a
+// Package request reads an inference request the way berth-router needs it, whether it
+// came in OpenAI's shape (chat and text completions) or Anthropic's (the Messages API): the
+// model it asks for, whether it streams, the prompt text (for prefix-aware picking and the
+// input-token estimate) and how many tokens it may generate. It also rewrites bodies (the
+// model, PD-disaggregation fields) without touching any field it does not know, so a
 // client's extra parameters reach the engine unchanged.
 package request
 
@@ -19,17 +20,38 @@ type Kind string
 const (
 	Chat       Kind = "chat"       // POST /v1/chat/completions
 	Completion Kind = "completion" // POST /v1/completions
+	Messages   Kind = "messages"   // POST /v1/messages (Anthropic)
+)
+
+// Paths of the endpoints.
+const (
+	ChatPath       = "/v1/chat/completions"
+	CompletionPath = "/v1/completions"
+	MessagesPath   = "/v1/messages"
 )
 
 // KindOf maps a URL path to the endpoint kind, or "" for a path the router does not proxy.
 func KindOf(path string) Kind {
 	switch strings.TrimSuffix(path, "/") {
-	case "/v1/chat/completions":
+	case ChatPath:
 		return Chat
-	case "/v1/completions":
+	case CompletionPath:
 		return Completion
+	case MessagesPath:
+		return Messages
 	}
 	return ""
+}
+
+// Path is the kind's URL path.
+func (k Kind) Path() string {
+	switch k {
+	case Completion:
+		return CompletionPath
+	case Messages:
+		return MessagesPath
+	}
+	return ChatPath
 }
 
 // Request is what the router reads from a body. Body is kept as sent.
@@ -78,6 +100,7 @@ type contentPart struct {
 
 type fields struct {
 	Model               *string         `json:"model"`
+	System              json.RawMessage `json:"system"` // Anthropic: a string or text blocks
 	Stream              bool            `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	Messages            []message       `json:"messages"`
@@ -117,11 +140,27 @@ func Parse(kind Kind, body []byte) (*Request, error) {
 		return nil, &Error{Param: "max_tokens", Message: "max_tokens must not be negative"}
 	}
 	switch kind {
-	case Chat:
+	case Chat, Messages:
 		if len(f.Messages) == 0 {
 			return nil, &Error{Param: "messages", Message: "messages must list at least one message"}
 		}
 		var b strings.Builder
+		if kind == Messages {
+			if f.MaxTokens == nil {
+				return nil, &Error{Param: "max_tokens", Message: "max_tokens: Field required"}
+			}
+			if len(f.System) > 0 && string(f.System) != "null" {
+				// Rendered as the system message the chat translation makes of it, so the
+				// prefix hashes agree with what the engine computes.
+				text, err := contentText(f.System)
+				if err != nil {
+					return nil, &Error{Param: "system", Message: "system: must be a string or an array of text blocks"}
+				}
+				b.WriteString("system: ")
+				b.WriteString(text)
+				b.WriteByte('\n')
+			}
+		}
 		for i, m := range f.Messages {
 			text, err := contentText(m.Content)
 			if err != nil {

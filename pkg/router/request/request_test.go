@@ -43,6 +43,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{Completion, `{"model":"m"}`, "prompt"},
 		{Completion, `{"model":"m","prompt":{}}`, "prompt"},
 		{Completion, `{"model":"m","prompt":"x","max_tokens":-1}`, "max_tokens"},
+		{Messages, `{"model":"m","messages":[{"role":"user","content":"x"}]}`, "max_tokens"},
+		{Messages, `{"model":"m","max_tokens":1,"system":5,"messages":[{"role":"user","content":"x"}]}`, "system"},
 		{Chat, `not json`, ""},
 		{Chat, `{"model":"m"} {"model":"n"}`, ""},
 	} {
@@ -65,7 +67,21 @@ func TestRewriteKeepsUnknownFields(t *testing.T) {
 func TestKindOf(t *testing.T) {
 	assert.Equal(t, Chat, KindOf("/v1/chat/completions"))
 	assert.Equal(t, Completion, KindOf("/v1/completions/"))
+	assert.Equal(t, Messages, KindOf("/v1/messages"))
 	assert.Equal(t, Kind(""), KindOf("/v1/embeddings"))
+}
+
+// A Messages request's prompt is rendered as its chat translation is: the system prompt
+// first, then the messages, text blocks joined.
+func TestParseMessages(t *testing.T) {
+	r, err := Parse(Messages, []byte(`{"model":"m","max_tokens":5,"system":[{"type":"text","text":"Be brief."}],"stream":true,
+		"messages":[{"role":"user","content":[{"type":"text","text":"Hello"},{"type":"image","source":{"type":"url","url":"x"}}]},{"role":"assistant","content":"Hi"}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, "system: Be brief.\nuser: Hello\nassistant: Hi\n", r.Prompt)
+	assert.EqualValues(t, 5, r.MaxTokens)
+	assert.True(t, r.Stream)
+	assert.Equal(t, Messages, r.Kind)
+	assert.Equal(t, MessagesPath, r.Kind.Path())
 }
 
 // FuzzParse: any body either fails with a named *Error or parses to a request whose model

@@ -1,13 +1,15 @@
 // Package view is berth-router's informer-backed picture of the cluster: the compiled
-// ModelRoutes, and every ModelServer with the Ready pods it selects as endpoints. Watch
-// events only mark the picture stale; one goroutine rebuilds it and publishes an immutable
-// Snapshot, so request handling never locks and never sees half an update.
+// ModelRoutes, every ModelServer with the Ready pods it selects as endpoints, and every
+// ExternalModelProvider with its credential (package credentials watches the Secrets).
+// Watch events only mark the picture stale; one goroutine rebuilds it and publishes an
+// immutable Snapshot, so request handling never locks and never sees half an update.
 package view
 
 import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -27,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	"github.com/berth-sh/berth/pkg/router/credentials"
 	"github.com/berth-sh/berth/pkg/router/match"
 )
 
@@ -62,16 +66,38 @@ func (e *Endpoint) URL() string { return e.Scheme + "://" + e.Address }
 // Name is namespace/pod, for logs and metrics.
 func (e *Endpoint) Name() string { return e.Namespace + "/" + e.Pod }
 
+// Policy is a target's trafficPolicy.
+type Policy struct {
+	Timeout       time.Duration // 0: none
+	RetryAttempts int
+	RetryInterval time.Duration
+}
+
+func policyOf(tp *networkingv1alpha1.TrafficPolicy) Policy {
+	p := Policy{RetryInterval: DefaultRetryInterval}
+	if tp == nil {
+		return p
+	}
+	if tp.Timeout != nil {
+		p.Timeout = tp.Timeout.Duration
+	}
+	if r := tp.Retry; r != nil {
+		p.RetryAttempts = int(r.Attempts)
+		if r.RetryInterval != nil {
+			p.RetryInterval = r.RetryInterval.Duration
+		}
+	}
+	return p
+}
+
 // Server is a ModelServer resolved to its endpoints.
 type Server struct {
 	Namespace, Name string
 	Engine          networkingv1alpha1.InferenceEngine
 	// Model is spec.model: the name the engines serve, written into requests ("" keeps the
 	// request's model).
-	Model         string
-	Timeout       time.Duration // 0: none
-	RetryAttempts int
-	RetryInterval time.Duration
+	Model string
+	Policy
 	// Connector is the KV connector of a PD server ("" when not disaggregated).
 	Connector networkingv1alpha1.KVConnectorType
 	// Endpoints serve whole requests; a PD server has Prefill and Decode instead.
@@ -85,11 +111,35 @@ func (s *Server) Disaggregated() bool { return s.Connector != "" }
 // DefaultRetryInterval is seed 001's default retryInterval.
 const DefaultRetryInterval = 100 * time.Millisecond
 
+// Provider is an ExternalModelProvider with its credential.
+type Provider struct {
+	Namespace, Name string
+	Type            networkingv1alpha1.ExternalProviderType
+	// Model is spec.model ("" keeps the request's model).
+	Model              string
+	BaseURL            *url.URL
+	InsecureSkipVerify bool
+	// AuthScheme is how Credential is sent ("" when the provider has no auth).
+	AuthScheme networkingv1alpha1.ProviderAuthScheme
+	Credential string
+	Headers    map[string]string
+	Policy
+	// Err says why the provider cannot be used now (its credential is missing, its
+	// baseURL does not parse); nil when it can.
+	Err error
+}
+
+// String describes a provider for logs and errors.
+func (p *Provider) String() string {
+	return fmt.Sprintf("ExternalModelProvider %s/%s", p.Namespace, p.Name)
+}
+
 // Snapshot is one consistent picture. Never modified once published.
 type Snapshot struct {
 	Routes      *match.Table
 	RouteErrors []error
 	Servers     map[types.NamespacedName]*Server
+	Providers   map[types.NamespacedName]*Provider
 	// Endpoints is every endpoint of every server, by address.
 	Endpoints map[string]*Endpoint
 }
@@ -99,10 +149,20 @@ func (s *Snapshot) Server(namespace, name string) *Server {
 	return s.Servers[types.NamespacedName{Namespace: namespace, Name: name}]
 }
 
-// Serving is true when the ModelServer exists and has a Ready endpoint for a whole request
-// (for a PD server: a prefill and a decode endpoint).
-func (s *Snapshot) Serving(namespace, name string) bool {
-	srv := s.Server(namespace, name)
+// Provider returns the named ExternalModelProvider, or nil.
+func (s *Snapshot) Provider(namespace, name string) *Provider {
+	return s.Providers[types.NamespacedName{Namespace: namespace, Name: name}]
+}
+
+// Serving is true when the target exists and can take a request: a ModelServer with a
+// Ready endpoint for a whole request (for a PD server: a prefill and a decode endpoint), a
+// provider whose credential is loaded.
+func (s *Snapshot) Serving(namespace string, t match.Target) bool {
+	if t.Kind == match.Provider {
+		p := s.Provider(namespace, t.Name)
+		return p != nil && p.Err == nil
+	}
+	srv := s.Server(namespace, t.Name)
 	if srv == nil {
 		return false
 	}
@@ -111,13 +171,17 @@ func (s *Snapshot) Serving(namespace, name string) bool {
 
 // View keeps the Snapshot current.
 type View struct {
-	cache    cache.Cache
-	log      logr.Logger
-	current  atomic.Pointer[Snapshot]
-	stale    chan struct{}
-	synced   atomic.Bool
-	mu       sync.Mutex
-	watchers []func(*Snapshot)
+	cache cache.Cache
+	// providers is false when the apiserver does not serve ExternalModelProviders (Kthena
+	// v1.0's CRDs): routes naming one then find none.
+	providers bool
+	creds     *credentials.Store
+	log       logr.Logger
+	current   atomic.Pointer[Snapshot]
+	stale     chan struct{}
+	synced    atomic.Bool
+	mu        sync.Mutex
+	watchers  []func(*Snapshot)
 	// routesKey identifies the ModelRoutes (name and resourceVersion of each) the current
 	// table was compiled from. Pod events are by far the most frequent; they reuse the
 	// table instead of compiling every rule's regexes again. Used by the Run goroutine only.
@@ -136,8 +200,9 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// New creates a view over the cluster cfg points at. Call Run.
-func New(cfg *rest.Config, log logr.Logger) (*View, error) {
+// New creates a view over the cluster cfg points at. Call Run. With providers false it
+// does not read ExternalModelProviders (the apiserver does not serve them).
+func New(cfg *rest.Config, providers bool, log logr.Logger) (*View, error) {
 	c, err := cache.New(cfg, cache.Options{
 		Scheme: Scheme(),
 		// The router needs labels, status and ports; managed fields are the bulk of a pod
@@ -147,8 +212,16 @@ func New(cfg *rest.Config, log logr.Logger) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &View{cache: c, log: log, stale: make(chan struct{}, 1)}
-	v.current.Store(&Snapshot{Routes: mustTable(nil), Servers: map[types.NamespacedName]*Server{}, Endpoints: map[string]*Endpoint{}})
+	v := &View{cache: c, log: log, stale: make(chan struct{}, 1), providers: providers}
+	if providers {
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		v.creds = credentials.New(kube, log.WithName("credentials"), v.markStale)
+	}
+	v.current.Store(&Snapshot{Routes: mustTable(nil), Servers: map[types.NamespacedName]*Server{},
+		Providers: map[types.NamespacedName]*Provider{}, Endpoints: map[string]*Endpoint{}})
 	return v, nil
 }
 
@@ -177,7 +250,12 @@ func (v *View) Run(ctx context.Context) error {
 		UpdateFunc: func(_, _ any) { v.markStale() },
 		DeleteFunc: func(any) { v.markStale() },
 	}
-	for _, obj := range []client.Object{&networkingv1alpha1.ModelRoute{}, &networkingv1alpha1.ModelServer{}, &corev1.Pod{}} {
+	objs := []client.Object{&networkingv1alpha1.ModelRoute{}, &networkingv1alpha1.ModelServer{}, &corev1.Pod{}}
+	if v.providers {
+		objs = append(objs, &networkingv1alpha1.ExternalModelProvider{})
+		defer v.creds.Stop()
+	}
+	for _, obj := range objs {
 		inf, err := v.cache.GetInformer(ctx, obj)
 		if err != nil {
 			return err
@@ -247,7 +325,24 @@ func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ er
 		return nil, false, err
 	}
 	podsByNS := map[string][]*corev1.Pod{}
-	snap := &Snapshot{Servers: map[types.NamespacedName]*Server{}, Endpoints: map[string]*Endpoint{}}
+	snap := &Snapshot{Servers: map[types.NamespacedName]*Server{}, Providers: map[types.NamespacedName]*Provider{}, Endpoints: map[string]*Endpoint{}}
+	if v.providers {
+		var providers networkingv1alpha1.ExternalModelProviderList
+		if err := v.cache.List(ctx, &providers, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, false, err
+		}
+		refs := map[types.NamespacedName]bool{}
+		for i := range providers.Items {
+			if ref, ok := SecretOf(&providers.Items[i]); ok {
+				refs[ref] = true
+			}
+		}
+		v.creds.Sync(refs)
+		for i := range providers.Items {
+			p := &providers.Items[i]
+			snap.Providers[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = ResolveProvider(p, v.creds.Get)
+		}
+	}
 	ptrs := make([]*networkingv1alpha1.ModelRoute, len(routes.Items))
 	keys := make([]string, len(routes.Items))
 	for i := range routes.Items {
@@ -290,20 +385,9 @@ func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ er
 // an IP that are not terminating become endpoints: a terminating pod takes no new request,
 // so none is lost to a pod being deleted.
 func Resolve(ms *networkingv1alpha1.ModelServer, pods []*corev1.Pod) *Server {
-	s := &Server{Namespace: ms.Namespace, Name: ms.Name, Engine: ms.Spec.InferenceEngine, RetryInterval: DefaultRetryInterval}
+	s := &Server{Namespace: ms.Namespace, Name: ms.Name, Engine: ms.Spec.InferenceEngine, Policy: policyOf(ms.Spec.TrafficPolicy)}
 	if ms.Spec.Model != nil {
 		s.Model = *ms.Spec.Model
-	}
-	if tp := ms.Spec.TrafficPolicy; tp != nil {
-		if tp.Timeout != nil {
-			s.Timeout = tp.Timeout.Duration
-		}
-		if r := tp.Retry; r != nil {
-			s.RetryAttempts = int(r.Attempts)
-			if r.RetryInterval != nil {
-				s.RetryInterval = r.RetryInterval.Duration
-			}
-		}
 	}
 	sel := ms.Spec.WorkloadSelector
 	if sel == nil {
@@ -393,3 +477,52 @@ func portOf(p *corev1.Pod, port int32) int32 {
 
 // String describes a server for logs and errors.
 func (s *Server) String() string { return fmt.Sprintf("ModelServer %s/%s", s.Namespace, s.Name) }
+
+// SecretOf is the Secret a provider's credential is in, if it has one.
+func SecretOf(p *networkingv1alpha1.ExternalModelProvider) (types.NamespacedName, bool) {
+	if p.Spec.Auth == nil || p.Spec.Auth.SecretRef.Name == "" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.Auth.SecretRef.Name}, true
+}
+
+// ResolveProvider turns an ExternalModelProvider into a Provider, its credential looked up
+// with credential (Secret, key).
+func ResolveProvider(p *networkingv1alpha1.ExternalModelProvider, credential func(types.NamespacedName, string) credentials.Lookup) *Provider {
+	out := &Provider{Namespace: p.Namespace, Name: p.Name, Type: p.Spec.ProviderType, InsecureSkipVerify: p.Spec.InsecureSkipVerify,
+		Headers: p.Spec.Headers, Policy: policyOf(p.Spec.TrafficPolicy)}
+	if out.Type == "" {
+		out.Type = networkingv1alpha1.OpenAI
+	}
+	if p.Spec.Model != nil {
+		out.Model = *p.Spec.Model
+	}
+	u, err := url.Parse(p.Spec.BaseURL)
+	switch {
+	case err != nil:
+		out.Err = fmt.Errorf("%s: baseURL: %w", out, err)
+		return out
+	case u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		// The schema refuses these; a router may still meet an object stored before it did.
+		out.Err = fmt.Errorf("%s: baseURL %q must be https://host[/path], without user info, query or fragment", out, p.Spec.BaseURL)
+		return out
+	}
+	out.BaseURL = u
+	if a := p.Spec.Auth; a != nil {
+		out.AuthScheme = a.Scheme
+		if out.AuthScheme == "" {
+			out.AuthScheme = networkingv1alpha1.ProviderAuthSchemeBearer
+			if out.Type == networkingv1alpha1.Anthropic {
+				out.AuthScheme = networkingv1alpha1.ProviderAuthSchemeAPIKey
+			}
+		}
+		ref, _ := SecretOf(p)
+		c := credential(ref, a.SecretRef.Key)
+		if c.Err != nil {
+			out.Err = fmt.Errorf("%s: credential: %w", out, c.Err)
+			return out
+		}
+		out.Credential = c.Value
+	}
+	return out
+}

@@ -91,79 +91,14 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 		writeError(w, http.StatusBadRequest, err.Error(), "")
 		return
 	}
-	lora, ok := s.resolveModel(req.Model)
-	if !ok {
-		writeError(w, http.StatusNotFound, "The model `"+req.Model+"` does not exist.", "model")
-		return
-	}
-	model := req.Model
-	if model == "" {
-		model = s.cfg.Model
-	}
-
-	promptTokens := CountTokens(text)
-	maxTokens := s.cfg.DefaultMaxTokens
-	if req.MaxCompletionTokens != nil {
-		maxTokens = *req.MaxCompletionTokens
-	} else if req.MaxTokens != nil {
-		maxTokens = *req.MaxTokens
-	}
-	if maxTokens < 1 {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be at least 1, got %d.", maxTokens), "max_tokens")
-		return
-	}
-	if limit := s.cfg.MaxModelLen; promptTokens >= limit {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", limit, promptTokens), "")
-		return
-	} else if promptTokens+maxTokens > limit {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).", maxTokens, limit, promptTokens, maxTokens, limit, promptTokens), "")
-		return
-	}
-	if s.cfg.Role == RolePrefill {
-		maxTokens = 1 // a PD prefill instance only computes the prompt's KV
-	}
-
-	q := &seq{
-		lora:         lora,
-		promptTokens: promptTokens,
-		maxTokens:    maxTokens,
-		events:       make(chan int, maxTokens),
-	}
-	q.kvBlocks = (promptTokens + maxTokens + s.cfg.BlockSize - 1) / s.cfg.BlockSize
-	if q.kvBlocks > s.totalBlocks {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("The request needs %d KV cache tokens but the engine only has %d.", q.kvBlocks*s.cfg.BlockSize, s.totalBlocks*s.cfg.BlockSize), "")
-		return
-	}
-	q.hashes, q.whole = promptHashes(model, text, s.cfg.BlockSize)
 	prefix := "cmpl-"
 	if chat {
 		prefix = "chatcmpl-"
 	}
-	// vLLM derives its request id from X-Request-Id when present.
-	reqHeader := r.Header.Get("X-Request-Id")
-	if reqHeader != "" {
-		q.id = prefix + reqHeader
-	} else {
-		q.id = prefix + randomHex(16)
+	q, model, ok := s.admit(w, r, &req, text, prefix, writeError)
+	if !ok {
+		return
 	}
-
-	if req.KVTransferParams != nil && req.KVTransferParams.DoRemoteDecode {
-		q.publish.nixl = true
-	}
-	if s.cfg.Role == RolePrefill {
-		q.publish.content = true
-		if reqHeader != "" {
-			q.publish.reqKey = "req/" + reqHeader
-		}
-		if req.BootstrapRoom != nil {
-			q.publish.room = roomKey(*req.BootstrapRoom)
-		}
-	}
-	if !s.findRemoteKV(ctx, q, &req, reqHeader) {
-		return // client gone while waiting for the bootstrap room
-	}
-
-	s.submit(q)
 	created := time.Now().Unix()
 	if req.Stream {
 		s.stream(w, r, q, chat, model, created, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
@@ -177,7 +112,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 	}
 
 	text = generatedText(q.generated)
-	u := usage{PromptTokens: promptTokens, CompletionTokens: q.generated, TotalTokens: promptTokens + q.generated}
+	u := usage{PromptTokens: q.promptTokens, CompletionTokens: q.generated, TotalTokens: q.promptTokens + q.generated}
 	var kvParams *KVTransferParams
 	if q.publish.nixl {
 		kvParams = s.nixlResponseParams(r, q)
@@ -204,6 +139,84 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 		}}
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// admit checks a request (req, its prompt text) against the model, context length and KV
+// capacity, decides where its KV comes from on the decode side of a PD pair, and submits it
+// to the batching loop. On false the client has its answer (through fail) or is gone.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, req *completionRequest, text, prefix string,
+	fail func(w http.ResponseWriter, status int, message, param string)) (q *seq, model string, ok bool) {
+	ctx := r.Context()
+	lora, ok := s.resolveModel(req.Model)
+	if !ok {
+		fail(w, http.StatusNotFound, "The model `"+req.Model+"` does not exist.", "model")
+		return nil, "", false
+	}
+	model = req.Model
+	if model == "" {
+		model = s.cfg.Model
+	}
+
+	promptTokens := CountTokens(text)
+	maxTokens := s.cfg.DefaultMaxTokens
+	if req.MaxCompletionTokens != nil {
+		maxTokens = *req.MaxCompletionTokens
+	} else if req.MaxTokens != nil {
+		maxTokens = *req.MaxTokens
+	}
+	if maxTokens < 1 {
+		fail(w, http.StatusBadRequest, fmt.Sprintf("max_tokens must be at least 1, got %d.", maxTokens), "max_tokens")
+		return nil, "", false
+	}
+	if limit := s.cfg.MaxModelLen; promptTokens >= limit {
+		fail(w, http.StatusBadRequest, fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", limit, promptTokens), "")
+		return nil, "", false
+	} else if promptTokens+maxTokens > limit {
+		fail(w, http.StatusBadRequest, fmt.Sprintf("'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).", maxTokens, limit, promptTokens, maxTokens, limit, promptTokens), "")
+		return nil, "", false
+	}
+	if s.cfg.Role == RolePrefill {
+		maxTokens = 1 // a PD prefill instance only computes the prompt's KV
+	}
+
+	q = &seq{
+		lora:         lora,
+		promptTokens: promptTokens,
+		maxTokens:    maxTokens,
+		events:       make(chan int, maxTokens),
+	}
+	q.kvBlocks = (promptTokens + maxTokens + s.cfg.BlockSize - 1) / s.cfg.BlockSize
+	if q.kvBlocks > s.totalBlocks {
+		fail(w, http.StatusBadRequest, fmt.Sprintf("The request needs %d KV cache tokens but the engine only has %d.", q.kvBlocks*s.cfg.BlockSize, s.totalBlocks*s.cfg.BlockSize), "")
+		return nil, "", false
+	}
+	q.hashes, q.whole = promptHashes(model, text, s.cfg.BlockSize)
+	// vLLM derives its request id from X-Request-Id when present.
+	reqHeader := r.Header.Get("X-Request-Id")
+	if reqHeader != "" {
+		q.id = prefix + reqHeader
+	} else {
+		q.id = prefix + randomHex(16)
+	}
+
+	if req.KVTransferParams != nil && req.KVTransferParams.DoRemoteDecode {
+		q.publish.nixl = true
+	}
+	if s.cfg.Role == RolePrefill {
+		q.publish.content = true
+		if reqHeader != "" {
+			q.publish.reqKey = "req/" + reqHeader
+		}
+		if req.BootstrapRoom != nil {
+			q.publish.room = roomKey(*req.BootstrapRoom)
+		}
+	}
+	if !s.findRemoteKV(ctx, q, req, reqHeader) {
+		return nil, "", false // client gone while waiting for the bootstrap room
+	}
+
+	s.submit(q)
+	return q, model, true
 }
 
 // await waits for q to finish. It cancels q and reports false if the client goes away

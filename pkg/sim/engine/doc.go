@@ -11,6 +11,14 @@
 // Errors use vLLM's body {"error":{"message","type","param","code"}}. Every response
 // carries "X-Sim-Engine: <Config.ID>".
 //
+// POST /v1/messages is Anthropic's Messages API, as vLLM serves it since v0.11.1 and as an
+// Anthropic-compatible provider would (tests put an engine behind an HTTPS server to play
+// one): max_tokens is required, the system prompt becomes the first chat message, the
+// answer is {"type":"message","content":[{"type":"text"}],"stop_reason","usage":
+// {"input_tokens","output_tokens"}}, a stream is message_start, content_block_start, one
+// content_block_delta per token, content_block_stop, message_delta (stop reason, output
+// tokens) and message_stop; errors are {"type":"error","error":{"type","message"}}.
+//
 // Tokens are 4-byte slices of the prompt text (chat messages rendered "role: content\n"),
 // see CountTokens; the completion is "tok0 tok1 …", one word per token.
 //

@@ -365,7 +365,7 @@ func TestChartValues(t *testing.T) {
 	assert.True(t, crds["podgroups.scheduling.x-k8s.io"], "crds.schedulerPlugins")
 	assert.True(t, crds["modelservings.workload.serving.volcano.sh"], "crds.kthena")
 	assert.False(t, crds["playgrounds.inference.llmaz.io"], "crds.llmaz false")
-	assert.Len(t, crds, 6+2+1+1, "Kthena's six, Volcano's two, scheduler-plugins' and llm-d's")
+	assert.Len(t, crds, 7+2+1+1, "Kthena's seven, Volcano's two, scheduler-plugins' and llm-d's")
 
 	// ServiceMonitors and the dashboard.
 	for _, name := range []string{"berth-scheduler", "berth-controller", "berth-router"} {

@@ -45,7 +45,7 @@ func TestInstallManifestsApply(t *testing.T) {
 		err := c.Patch(ctx, obj, client.Apply, client.FieldOwner("berth-install-test"), client.ForceOwnership, client.DryRunAll)
 		assert.NoError(t, err, "%s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
 	}
-	assert.Equal(t, 11, kinds["CustomResourceDefinition"], "Berth's six CRDs, llm-d's VariantAutoscaling, llmaz's four kinds")
+	assert.Equal(t, 12, kinds["CustomResourceDefinition"], "Kthena's seven kinds, llm-d's VariantAutoscaling, llmaz's four kinds")
 	assert.Equal(t, 3, kinds["Deployment"], "berth-scheduler, berth-controller and berth-router")
 	assert.Equal(t, 1, kinds["ConfigMap"], "the scheduler's configuration")
 	assert.Equal(t, 6, kinds["ClusterRole"], "one per component, berth-metrics-reader, berth-edit and berth-view")

@@ -115,6 +115,15 @@ spec:
   workloadSelector: {matchLabels: {modelserving.volcano.sh/name: qwen3-8b-pd}}
   workloadPort: {port: 8100}
 `, columns: []column{{name: "Model", want: "Qwen/Qwen3-8B"}, {name: "Engine", want: "SGLang"}, {name: "Port", want: "8100"}}},
+	{short: "emp", gvr: networkingGVR("externalmodelproviders"), manifest: `
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ExternalModelProvider
+metadata: {name: printed}
+spec:
+  providerType: Anthropic
+  model: claude-test
+  baseURL: https://llm.example.com
+`, columns: []column{{name: "Type", want: "Anthropic"}, {name: "Model", want: "claude-test"}, {name: "Base URL", want: "https://llm.example.com"}}},
 	{short: "va", gvr: schema.GroupVersionResource{Group: "llmd.ai", Version: "v1alpha1", Resource: "variantautoscalings"}, manifest: `
 apiVersion: llmd.ai/v1alpha1
 kind: VariantAutoscaling

@@ -209,4 +209,15 @@ func TestNamespaceUsersGetBerthKindsThroughEditAndView(t *testing.T) {
 		err := as["view"].Create(ctx, obj)
 		assert.True(t, apierrors.IsForbidden(err), "a viewer of team created %T: %v", obj, err)
 	}
+
+	// An ExternalModelProvider chooses where the router sends a Secret of its namespace, so
+	// it is an administrator's object: an editor of the namespace cannot write one (it would
+	// send the Secret to a URL of its choosing); a viewer reads them.
+	exfil := &networkingv1alpha1.ExternalModelProvider{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "exfil"},
+		Spec: networkingv1alpha1.ExternalModelProviderSpec{BaseURL: "https://collector.example.com", Auth: &networkingv1alpha1.ProviderAuth{
+			SecretRef: corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "db-password"}, Key: "password"}}}}
+	err := as["edit"].Create(ctx, exfil)
+	assert.True(t, apierrors.IsForbidden(err), "an editor of team created an ExternalModelProvider: %v", err)
+	var providers networkingv1alpha1.ExternalModelProviderList
+	assert.NoError(t, as["view"].List(ctx, &providers, client.InNamespace("team")), "a viewer of team lists ExternalModelProviders")
 }

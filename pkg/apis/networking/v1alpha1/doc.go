@@ -1,5 +1,6 @@
-// Package v1alpha1 holds the networking.serving.volcano.sh/v1alpha1 API: ModelRoute and
-// ModelServer, which drive the router's request matching and endpoint picking.
+// Package v1alpha1 holds the networking.serving.volcano.sh/v1alpha1 API: ModelRoute,
+// ModelServer and ExternalModelProvider, which drive the router's request matching, endpoint
+// picking and the requests it sends to providers outside the cluster.
 //
 // +kubebuilder:object:generate=true
 // +groupName=networking.serving.volcano.sh

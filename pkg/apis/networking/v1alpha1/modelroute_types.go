@@ -7,6 +7,7 @@ import (
 // ModelRouteSpec defines the desired state of ModelRoute.
 //
 // +kubebuilder:validation:XValidation:rule="(has(self.modelName) && size(self.modelName) > 0) || (has(self.loraAdapters) && size(self.loraAdapters) > 0)",message="modelName and loraAdapters cannot both be empty",fieldPath=".modelName"
+// +kubebuilder:validation:XValidation:rule="!has(self.loraAdapters) || size(self.loraAdapters) == 0 || !has(self.rules) || self.rules.all(r, !has(r.targetModels) || r.targetModels.all(t, !has(t.externalModelProviderName)))",message="a route with loraAdapters must target ModelServers only: an external provider cannot serve a LoRA adapter",fieldPath=".rules"
 type ModelRouteSpec struct {
 	// model in the LLM request, it could be a base model name, lora adapter name or even a virtual model name.
 	// This field is used to match scenarios other than model adapter name and this field could be empty,
@@ -44,7 +45,7 @@ type Rule struct {
 	// +optional
 	ModelMatch *ModelMatch `json:"modelMatch,omitempty"`
 
-	// TargetModels are the ModelServers that receive the traffic, by weight.
+	// TargetModels are the ModelServers and ExternalModelProviders that receive the traffic, by weight.
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	// +listType=atomic
@@ -90,11 +91,22 @@ type BodyMatch struct {
 	Model *string `json:"model,omitempty"`
 }
 
-// TargetModel is an LLM inference traffic target.
+// TargetModel is an LLM inference traffic target: a ModelServer (seed 001) or, as Kthena
+// writes it since v1.0, an ExternalModelProvider of the route's namespace.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.modelServerName) != has(self.externalModelProviderName)",message="exactly one of modelServerName or externalModelProviderName must be set"
 type TargetModel struct {
 	// ModelServerName is used to specify the correlated modelServer within the same namespace.
+	// It is mutually exclusive with ExternalModelProviderName.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
-	ModelServerName string `json:"modelServerName"`
+	ModelServerName string `json:"modelServerName,omitempty"`
+
+	// ExternalModelProviderName names an ExternalModelProvider in the same namespace.
+	// It is mutually exclusive with ModelServerName.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	ExternalModelProviderName string `json:"externalModelProviderName,omitempty"`
 
 	// Weight is used to specify the percentage of traffic should be sent to the target model.
 	// The value should be in the range of [0, 100].

@@ -21,6 +21,8 @@ type ModelServerSpec struct {
 	WorkloadSelector *WorkloadSelector `json:"workloadSelector"`
 
 	// WorkloadPort defines the port and protocol configuration for the model server.
+	// Optional, as in the specification and Kthena v1.0.0 (later Kthena releases require it):
+	// without it the router uses the pod's first TCP container port, else 8000, over http.
 	// +optional
 	WorkloadPort *WorkloadPort `json:"workloadPort,omitempty"`
 

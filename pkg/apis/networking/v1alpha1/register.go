@@ -28,6 +28,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&ModelRoute{}, &ModelRouteList{},
 		&ModelServer{}, &ModelServerList{},
+		&ExternalModelProvider{}, &ExternalModelProviderList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
