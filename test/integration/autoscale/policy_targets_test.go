@@ -2,13 +2,19 @@ package autoscale
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -149,4 +155,218 @@ spec:
 	assert.Contains(t, msg, "runing")
 	time.Sleep(4 * syncPeriod)
 	assert.Equal(t, []int32{1}, log.values(), "no bad policy changed the target's replicas")
+}
+
+// pdServed is a prefill/decode ModelServing of one-GPU engines, one ServingGroup with one
+// prefill and one decode replica, behind a ModelServer that pairs them (NIXL) and a
+// ModelRoute for model.
+func (w *world) pdServed(name, model string) {
+	role := func(r string) string {
+		return fmt.Sprintf(`
+    - name: %[1]s
+      replicas: 1
+      entryTemplate:
+        spec:
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.11.0
+            args: ["--model", "%[2]s"]
+            ports: [{containerPort: 8000}]
+            resources: {limits: {nvidia.com/gpu: "1"}}`, r, model)
+	}
+	w.apply(fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata: {name: %s}
+spec:
+  schedulerName: berth-scheduler
+  replicas: 1
+  template:
+    roles:%s%s
+`, name, role("prefill"), role("decode")), fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelServer
+metadata: {name: %[1]s}
+spec:
+  model: %[2]s
+  inferenceEngine: vLLM
+  workloadSelector:
+    matchLabels: {modelserving.volcano.sh/name: %[1]s}
+    pdGroup:
+      groupKey: modelserving.volcano.sh/group-name
+      prefillLabels: {modelserving.volcano.sh/role: prefill}
+      decodeLabels: {modelserving.volcano.sh/role: decode}
+  workloadPort: {port: 8000}
+  kvConnector: {type: nixl}
+`, name, model), fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: %[1]s}
+spec:
+  modelName: %[2]s
+  rules:
+  - targetModels: [{modelServerName: %[1]s}]
+`, name, model))
+}
+
+// roleReplicas is one version of a ModelServing's role replicas as a watch saw it.
+type roleReplicas struct {
+	at      time.Time
+	replica map[string]int32
+}
+
+// watchRoles records every change of a ModelServing's role replicas for the whole test.
+func (w *world) watchRoles(name string) func() []roleReplicas {
+	w.t.Helper()
+	var mu sync.Mutex
+	var seen []roleReplicas
+	wi, err := cl.Watch(w.ctx, &workloadv1alpha1.ModelServingList{}, client.InNamespace(w.ns))
+	require.NoError(w.t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range wi.ResultChan() {
+			ms, ok := ev.Object.(*workloadv1alpha1.ModelServing)
+			if !ok || ms.Name != name || ev.Type == watch.Deleted {
+				continue
+			}
+			rr := roleReplicas{at: time.Now(), replica: map[string]int32{}}
+			for _, r := range ms.Spec.Template.Roles {
+				rr.replica[r.Name] = ptr.Deref(r.Replicas, 1)
+			}
+			mu.Lock()
+			if len(seen) == 0 || !maps.Equal(seen[len(seen)-1].replica, rr.replica) {
+				seen = append(seen, rr)
+			}
+			mu.Unlock()
+		}
+	}()
+	w.t.Cleanup(func() { wi.Stop(); <-done })
+	return func() []roleReplicas {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+func pdString(rs []roleReplicas) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, " %d:%d", r.replica["prefill"], r.replica["decode"])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// The done-when of issue 25 point 3: a prefill/decode ModelServing autoscaled by a
+// disaggregatedTarget keeps prefill:decode within the ratioConstraint under a load ramp.
+// Each role scales on its own engines' running requests: decode engines hold a request for
+// its whole generation, prefill engines only for its prompt, so the load asks for decode
+// replicas and hardly any prefill ones, and it is the ratio constraint (prefill/decode in
+// [0.5, 1]) that brings prefill along. Every version of the ModelServing's role replicas,
+// as a watch saw them from start to end, is within the ratio and each role's bounds.
+func TestDisaggregatedTargetKeepsTheRatioUnderALoadRamp(t *testing.T) {
+	w := newWorld(t, 2)
+	w.pdServed("pd", "pd-model")
+	w.waitAvailable("pd", 1)
+	roles := w.watchRoles("pd")
+	w.apply(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: pd}
+spec:
+  tolerancePercent: 10
+  behavior:
+    scaleUp:
+      stablePolicy: {instances: 1, percent: 100, period: 1s}
+      panicPolicy: {panicThresholdPercent: 1000}
+    scaleDown: {instances: 1, percent: 100, period: 1s, stabilizationWindow: 2s}
+  disaggregatedTarget:
+    targetRef: {kind: ModelServing, name: pd}
+    roles:
+      prefill:
+        minReplicas: 1
+        maxReplicas: 4
+        metrics: [{name: prefilling, targetValue: "2"}]
+        metricSources:
+          prefilling: {pod: {name: "vllm:num_requests_running", port: 8000}}
+      decode:
+        minReplicas: 1
+        maxReplicas: 6
+        metrics: [{name: decoding, targetValue: "2"}]
+        metricSources:
+          decoding: {pod: {name: "vllm:num_requests_running", port: 8000}}
+    ratioConstraint: {numeratorRole: prefill, denominatorRole: decode, minRatio: "0.5", maxRatio: "1"}
+`)
+	w.eventually("the policy decides", 20*time.Second, func() bool {
+		s, _, _ := policyCondition(w.policy("pd"), "Ready")
+		return s != ""
+	})
+
+	// The ramp: 2, then 6, then 12 requests in flight (400 tokens each, about 4 s of decode).
+	l := w.startLoad("pd-model", 2, 400)
+	time.Sleep(6 * time.Second)
+	l.want.Store(6)
+	w.eventually("decode scaled up for 6 in flight", 30*time.Second, func() bool {
+		rs := roles()
+		return len(rs) > 0 && rs[len(rs)-1].replica["decode"] >= 3
+	})
+	l.want.Store(12)
+	w.eventually("decode at its maximum 6 with prefill brought along", 45*time.Second, func() bool {
+		rs := roles()
+		last := rs[len(rs)-1].replica
+		return last["decode"] == 6 && last["prefill"] >= 3
+	})
+	w.eventually("the status reports the ratio of 6 decode replicas", 10*time.Second, func() bool {
+		ds := w.policy("pd").Status.DisaggregatedStatus
+		return ds != nil && ds.RatioStatus != nil && len(ds.Roles) == 2 && ds.Roles[0].CurrentReplicas == 6 &&
+			(ds.RatioStatus.CurrentRatio == "0.5" || ds.RatioStatus.CurrentRatio == "0.6666666666666666")
+	})
+	p := w.policy("pd")
+	ds := p.Status.DisaggregatedStatus
+	assert.Equal(t, "prefill", ds.RatioStatus.NumeratorRole)
+	assert.Equal(t, "decode", ds.RatioStatus.DenominatorRole)
+	assert.Equal(t, "decode", ds.Roles[0].Name, "roles sorted by name")
+	assert.Less(t, ds.Roles[1].DesiredReplicas, int32(3), "prefill's own metrics ask for less than the ratio needs: %+v", ds.Roles)
+	violated, _, msg := policyCondition(p, "RatioConstraintViolated")
+	assert.Equal(t, "False", violated, msg)
+	w.hasEventOn("AutoscalingPolicy", "pd", "ScaledUp")
+	// The engines follow the spec: every prefill and decode pod serves.
+	want := 6 + ds.Roles[1].CurrentReplicas
+	w.eventually("every prefill and decode engine running", 30*time.Second, func() bool {
+		var pods corev1.PodList
+		if cl.List(w.ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: "pd"}) != nil {
+			return false
+		}
+		n := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n == int(want)
+	})
+
+	// Down the ramp: 4 in flight, then none.
+	l.want.Store(4)
+	w.eventually("decode back to 2 for 4 in flight", 45*time.Second, func() bool {
+		rs := roles()
+		return rs[len(rs)-1].replica["decode"] <= 3
+	})
+	l.end()
+	w.eventually("back to 1:1", 45*time.Second, func() bool {
+		rs := roles()
+		last := rs[len(rs)-1].replica
+		return last["decode"] == 1 && last["prefill"] == 1
+	})
+	assert.Zero(t, l.bad.Load(), "no request failed while the roles scaled")
+
+	seen := roles()
+	t.Logf("prefill:decode as the watch saw them: %s", pdString(seen))
+	require.GreaterOrEqual(t, len(seen), 6, "the roles moved up and down: %s", pdString(seen))
+	for _, r := range seen {
+		pf, dc := r.replica["prefill"], r.replica["decode"]
+		assert.True(t, pf >= 1 && pf <= 4 && dc >= 1 && dc <= 6, "within the roles' bounds: %d:%d in %s", pf, dc, pdString(seen))
+		ratio := float64(pf) / float64(dc)
+		assert.True(t, ratio >= 0.5 && ratio <= 1, "prefill:decode %d:%d is outside [0.5, 1] in %s", pf, dc, pdString(seen))
+	}
 }
