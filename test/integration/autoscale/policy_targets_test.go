@@ -13,11 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale"
 )
 
 // AutoscalingPolicy as Kthena 1.0 writes it: the policy names its own target.
@@ -369,4 +372,77 @@ spec:
 		ratio := float64(pf) / float64(dc)
 		assert.True(t, ratio >= 0.5 && ratio <= 1, "prefill:decode %d:%d is outside [0.5, 1] in %s", pf, dc, pdString(seen))
 	}
+}
+
+// A heterogeneousTarget spreads one demand over two ModelServings of one model by cost, as a
+// binding's optimizerConfiguration does, and its costExpansionRatePercent decides how soon the
+// dearer one is used: at 200 the cheaper target's blocks of replicas grow (1, 2, 4, …) and
+// cost more, so the dearer one gets replicas before the cheaper is full; at 100 the cheaper
+// fills first. Editing the rate under load moves the split.
+func TestHeterogeneousTargetSpreadsByCost(t *testing.T) {
+	w := newWorld(t, 1)
+	w.served("a100", "hetero-model", "hetero", 1)
+	w.served("h100", "hetero-model", "hetero", 0)
+	w.route("hetero", "hetero-model")
+	w.waitAvailable("a100", 1)
+	logs := w.watchReplicas("a100", "h100")
+	a100, h100 := logs["a100"], logs["h100"]
+	policy := func(rate int) string {
+		return fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: hetero}
+spec:
+  tolerancePercent: 10
+  metrics:
+  - {name: running, targetValue: "2"}
+  behavior:
+    scaleUp:
+      stablePolicy: {instances: 1, percent: 100, period: 1s}
+      panicPolicy: {panicThresholdPercent: 1000}
+    scaleDown: {period: 1s, stabilizationWindow: 2s}
+  heterogeneousTarget:
+    costExpansionRatePercent: %d
+    params:
+    - target:
+        targetRef: {name: h100}
+        metricSources: {running: {pod: {name: "%[2]s", port: 8000}}}
+      cost: 100
+      minReplicas: 0
+      maxReplicas: 4
+    - target:
+        targetRef: {name: a100}
+        metricSources: {running: {pod: {name: "%[2]s", port: 8000}}}
+      cost: 60
+      minReplicas: 1
+      maxReplicas: 4
+`, rate, running)
+	}
+	w.apply(policy(200))
+	shares := []autoscale.Share{{Cost: 100, Min: 0, Max: 4}, {Cost: 60, Min: 1, Max: 4}}
+	at200, at100 := autoscale.Distribute(4, shares, 200), autoscale.Distribute(4, shares, 100)
+	require.Equal(t, []int32{2, 2}, at200, "rate 200: the dearer target's first block is cheaper than the cheaper one's second")
+	require.Equal(t, []int32{0, 4}, at100, "rate 100: the cheaper target fills first")
+
+	// 8 in flight against 2 per pod asks for 4 replicas in all.
+	l := w.startLoad("hetero-model", 8, 400)
+	defer l.end()
+	w.eventually("4 replicas split 2 + 2 at rate 200", 40*time.Second, func() bool { return h100.last() == 2 && a100.last() == 2 })
+	w.eventually("heterogeneousStatus reports both targets", 10*time.Second, func() bool {
+		hs := w.policy("hetero").Status.HeterogeneousStatus
+		return len(hs) == 2 && hs[0].Name == "h100" && hs[0].DesiredReplicas == 2 && hs[1].Name == "a100" && hs[1].DesiredReplicas == 2
+	})
+	w.hasEventOn("AutoscalingPolicy", "hetero", "ScaledUp")
+
+	// Cheaper to fill the A100s first: the rate goes to 100, the split follows.
+	require.NoError(t, cl.Patch(w.ctx, &workloadv1alpha1.AutoscalingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "hetero", Namespace: w.ns}},
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"heterogeneousTarget":{"costExpansionRatePercent":100}}}`))))
+	w.eventually("4 replicas all on the cheaper target at rate 100", 40*time.Second, func() bool { return h100.last() == 0 && a100.last() == 4 })
+	for _, c := range a100.snapshot() {
+		assert.True(t, c.n >= 1 && c.n <= 4, "a100 within its bounds: %v", a100.values())
+	}
+	for _, c := range h100.snapshot() {
+		assert.True(t, c.n >= 0 && c.n <= 4, "h100 within its bounds: %v", h100.values())
+	}
+	t.Logf("a100 %v, h100 %v", a100.values(), h100.values())
 }
