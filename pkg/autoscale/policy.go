@@ -8,6 +8,7 @@ package autoscale
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,26 +68,16 @@ type Policy struct {
 }
 
 // NewPolicy applies the seed's defaults to spec and checks what the schema cannot:
-// a metric target must be a positive number.
+// a metric target must be a positive number, a metric is listed once. Only a
+// disaggregatedTarget may leave spec.metrics empty (its roles bring their own: RoleMetrics).
 func NewPolicy(spec *workloadv1alpha1.AutoscalingPolicySpec) (Policy, error) {
 	p := Policy{Tolerance: float64(deref(spec.TolerancePercent, DefaultTolerancePercent)) / 100}
-	if len(spec.Metrics) == 0 {
+	if len(spec.Metrics) == 0 && spec.DisaggregatedTarget == nil {
 		return Policy{}, fmt.Errorf("spec.metrics: at least one metric is required")
 	}
-	seen := map[string]bool{}
-	for i, m := range spec.Metrics {
-		if m.MetricName == "" {
-			return Policy{}, fmt.Errorf("spec.metrics[%d].metricName: must not be empty", i)
-		}
-		if seen[m.MetricName] {
-			return Policy{}, fmt.Errorf("spec.metrics[%d].metricName: %q is listed twice", i, m.MetricName)
-		}
-		seen[m.MetricName] = true
-		v := m.TargetValue.AsApproximateFloat64()
-		if v <= 0 {
-			return Policy{}, fmt.Errorf("spec.metrics[%d].targetValue: must be greater than 0, got %s", i, m.TargetValue.String())
-		}
-		p.Metrics = append(p.Metrics, Metric{Name: m.MetricName, Target: v})
+	var err error
+	if p.Metrics, err = Metrics(spec.Metrics, "spec.metrics"); err != nil {
+		return Policy{}, err
 	}
 	var b workloadv1alpha1.AutoscalingPolicyBehavior
 	if spec.Behavior != nil {
@@ -109,6 +100,46 @@ func NewPolicy(spec *workloadv1alpha1.AutoscalingPolicySpec) (Policy, error) {
 		Hold:             duration(panicPolicy.PanicModeHold, DefaultPanicModeHold),
 	}
 	return p, nil
+}
+
+// Metrics turns a list of policy metrics (at field, for messages) into numbers, checking
+// that every target is a positive number and no metric is listed twice.
+func Metrics(list []workloadv1alpha1.AutoscalingPolicyMetric, field string) ([]Metric, error) {
+	var out []Metric
+	seen := map[string]bool{}
+	for i, m := range list {
+		key := m.Key()
+		if key == "" {
+			return nil, fmt.Errorf("%s[%d].name: must not be empty", field, i)
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("%s[%d].%s: %q is listed twice", field, i, metricField(m), key)
+		}
+		seen[key] = true
+		v := m.TargetValue.AsApproximateFloat64()
+		if v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil, fmt.Errorf("%s[%d].targetValue: must be greater than 0, got %s", field, i, m.TargetValue.String())
+		}
+		out = append(out, Metric{Name: key, Target: v})
+	}
+	return out, nil
+}
+
+// RoleMetrics are the metrics a disaggregatedTarget's role scales on: its own, or else
+// the policy's; none for a fixed role (minReplicas = maxReplicas), which is held at its size.
+func RoleMetrics(spec *workloadv1alpha1.AutoscalingPolicySpec, role string, param workloadv1alpha1.RoleScalingParam) ([]Metric, error) {
+	if FixedRole(param) {
+		return nil, nil
+	}
+	if len(param.Metrics) > 0 {
+		return Metrics(param.Metrics, fmt.Sprintf("spec.disaggregatedTarget.roles[%s].metrics", role))
+	}
+	return Metrics(spec.Metrics, "spec.metrics")
+}
+
+// FixedRole says whether a role is held at one size rather than scaled.
+func FixedRole(param workloadv1alpha1.RoleScalingParam) bool {
+	return param.MinReplicas == param.MaxReplicas
 }
 
 func rateLimit(s *workloadv1alpha1.AutoscalingPolicyStablePolicy) RateLimit {
@@ -140,4 +171,12 @@ func duration(d *metav1.Duration, def time.Duration) time.Duration {
 		return def
 	}
 	return d.Duration
+}
+
+// metricField is the field a metric's key was written in.
+func metricField(m workloadv1alpha1.AutoscalingPolicyMetric) string {
+	if m.Name != "" {
+		return "name"
+	}
+	return "metricName"
 }

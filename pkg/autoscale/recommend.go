@@ -12,6 +12,9 @@ type Sample struct {
 	// Missing is how many of the target's pods did not report it: not ready yet, not
 	// answering, or (for a counter) seen for the first time.
 	Missing int
+	// External marks a value for the whole target rather than a sum over its pods: a
+	// Prometheus query's result (Sum; Reported 1). It asks for ceil(Sum / target) replicas.
+	External bool
 }
 
 // Average is the metric per reporting pod.
@@ -36,9 +39,20 @@ func (s Sample) Average() float64 {
 // Replicas and pods differ for multi-pod replicas (a ServingGroup with prefill and decode
 // pods); averaging per pod and multiplying by replicas keeps the ratio right as long as the
 // replicas have the same shape.
+//
+// An External sample (a Prometheus query's value for the whole target) asks for
+// ceil(value / target) replicas, unchanged while that is within ±tolerance of current. It
+// can scale a target up from zero, which a pod metric cannot.
 func Recommend(current int32, tolerance float64, m Metric, s Sample) (int32, bool) {
 	if s.Reported == 0 || m.Target <= 0 {
 		return 0, false
+	}
+	if s.External {
+		want := max(s.Sum, 0) / m.Target
+		if current > 0 && math.Abs(want/float64(current)-1) < tolerance {
+			return current, true
+		}
+		return ceilReplicas(want), true
 	}
 	ratio := s.Average() / m.Target
 	if s.Missing == 0 {

@@ -35,6 +35,14 @@ func TestRecommend(t *testing.T) {
 		{"missing pods count as at target when scaling down", 4, 0.1, Sample{Sum: 0, Reported: 2, Missing: 2}, 2, true},
 		{"missing pods can cancel a scale-down", 4, 0.1, Sample{Sum: 18, Reported: 2, Missing: 2}, 4, true},
 		{"zero current stays zero", 0, 0.1, Sample{Sum: 50, Reported: 1}, 0, true},
+		// A Prometheus query's value is the whole target's: ceil(value / target).
+		{"external asks for value over target", 2, 0.1, Sample{Sum: 45, Reported: 1, External: true}, 5, true},
+		{"external inside tolerance holds", 4, 0.1, Sample{Sum: 43, Reported: 1, External: true}, 4, true},
+		{"external scales down", 4, 0.1, Sample{Sum: 12, Reported: 1, External: true}, 2, true},
+		{"external scales up from zero", 0, 0.1, Sample{Sum: 15, Reported: 1, External: true}, 2, true},
+		{"external zero goes to zero", 3, 0.1, Sample{Sum: 0, Reported: 1, External: true}, 0, true},
+		{"external negative counts as zero", 3, 0.1, Sample{Sum: -4, Reported: 1, External: true}, 0, true},
+		{"external unread", 3, 0.1, Sample{External: true}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := Recommend(tc.current, tc.tol, m, tc.s)

@@ -80,6 +80,13 @@ func NewScaler(p Policy, now time.Time) *Scaler { return &Scaler{policy: p, star
 // SetPolicy changes the policy and keeps the memory (a policy edit is not a restart).
 func (s *Scaler) SetPolicy(p Policy) { s.policy = p }
 
+// Applied records that n replicas were applied at now although the last decision said
+// otherwise (a disaggregatedTarget's ratio constraint moved a role), so the rate limits of
+// the next decisions count from what the target really has.
+func (s *Scaler) Applied(now time.Time, n int32) {
+	s.replicas = append(s.replicas, stamped{now, n})
+}
+
 // Policy is the scaler's policy.
 func (s *Scaler) Policy() Policy { return s.policy }
 

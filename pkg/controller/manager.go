@@ -193,9 +193,6 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.M
 	if err != nil {
 		return fmt.Errorf("autoscaler scale client: %w", err)
 	}
-	if err := (&binding.PolicyReconciler{Client: mgr.GetClient(), Scope: manage}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("AutoscalingPolicy reconciler: %w", err)
-	}
 	if err := (&binding.Reconciler{
 		Scope:      manage,
 		Client:     mgr.GetClient(),
@@ -205,7 +202,7 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.M
 		Recorder:   mgr.GetEventRecorder("berth-autoscaler"),
 		SyncPeriod: o.AutoscaleSyncPeriod,
 	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("AutoscalingPolicyBinding reconciler: %w", err)
+		return fmt.Errorf("AutoscalingPolicy and AutoscalingPolicyBinding reconcilers: %w", err)
 	}
 	actuation := variantscaler.Actuation(o.VariantActuation)
 	switch actuation {

@@ -119,6 +119,8 @@ spec:
 }
 
 func TestDefaultsAutoscalingPolicyBinding(t *testing.T) {
+	// As in Kthena 0.1's CRD, metricEndpoint itself has no default (the autoscaler reads
+	// :8100/metrics without one); written, even empty, it gets the spec's uri and port.
 	scaling := createMinimal[workloadv1alpha1.AutoscalingPolicyBinding](t, `
 apiVersion: workload.serving.volcano.sh/v1alpha1
 kind: AutoscalingPolicyBinding
@@ -126,7 +128,7 @@ metadata: {name: scaling}
 spec:
   policyRef: {name: waiting}
   scalingConfiguration:
-    target: {targetRef: {kind: ModelServing, name: llama}}
+    target: {targetRef: {kind: ModelServing, name: llama}, metricEndpoint: {}}
     maxReplicas: 4
 `)
 	assert.Equal(t, &workloadv1alpha1.MetricEndpoint{URI: "/metrics", Port: 8100},
@@ -144,7 +146,56 @@ spec:
 `)
 	oc := optimizer.Spec.OptimizerConfiguration
 	assert.Equal(t, ptr.To[int32](200), oc.CostExpansionRatePercent, "costExpansionRatePercent")
-	assert.Equal(t, &workloadv1alpha1.MetricEndpoint{URI: "/metrics", Port: 8100}, oc.Params[0].Target.MetricEndpoint)
+	assert.Nil(t, oc.Params[0].Target.MetricEndpoint, "no metricEndpoint is added where none was written")
+}
+
+// Kthena 1.0's shape: the targets inside the policy and their metric sources get Kthena
+// 1.0's defaults.
+func TestDefaultsAutoscalingPolicyTargets(t *testing.T) {
+	hetero := createMinimal[workloadv1alpha1.AutoscalingPolicy](t, `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: hetero}
+spec:
+  metrics: [{name: waiting, targetValue: "10"}]
+  heterogeneousTarget:
+    params:
+    - target:
+        targetRef: {name: h100}
+        metricSources: {waiting: {pod: {name: vllm:num_requests_waiting}}}
+      cost: 100
+      maxReplicas: 4
+`)
+	ht := hetero.Spec.HeterogeneousTarget
+	require.NotNil(t, ht)
+	assert.Equal(t, ptr.To[int32](200), ht.CostExpansionRatePercent, "heterogeneousTarget.costExpansionRatePercent")
+	assert.Equal(t, &workloadv1alpha1.PodMetricSource{Name: "vllm:num_requests_waiting", Uri: "/metrics", Port: 8100},
+		ht.Params[0].Target.MetricSources["waiting"].Pod, "metricSources[waiting].pod")
+	assert.Equal(t, ptr.To[int32](10), hetero.Spec.TolerancePercent)
+	require.NotNil(t, hetero.Spec.Behavior.ScaleUp.PanicPolicy, "behavior defaults as in the spec's shape")
+
+	pd := createMinimal[workloadv1alpha1.AutoscalingPolicy](t, `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: pd}
+spec:
+  disaggregatedTarget:
+    targetRef: {name: pd}
+    roles:
+      prefill:
+        minReplicas: 1
+        maxReplicas: 4
+        metrics: [{name: running, targetValue: "4"}]
+        metricSources: {running: {pod: {name: vllm:num_requests_running, port: 8000}}}
+      decode: {minReplicas: 2, maxReplicas: 2}
+    ratioConstraint: {numeratorRole: prefill, denominatorRole: decode, minRatio: "0.5", maxRatio: "1"}
+`)
+	dt := pd.Spec.DisaggregatedTarget
+	require.NotNil(t, dt)
+	assert.Equal(t, &workloadv1alpha1.PodMetricSource{Name: "vllm:num_requests_running", Uri: "/metrics", Port: 8000},
+		dt.Roles["prefill"].MetricSources["running"].Pod)
+	assert.Equal(t, "500m", dt.RatioConstraint.MinRatio.String())
+	assert.Empty(t, pd.Spec.Metrics, "a disaggregatedTarget's roles may bring their own metrics")
 }
 
 func TestDefaultsModelBooster(t *testing.T) {

@@ -83,7 +83,11 @@ type ScalingConfiguration struct {
 	MaxReplicas int32 `json:"maxReplicas"`
 }
 
-// Target names the object that is watched and scaled, and where its metrics are read.
+// Target names the object that is watched and scaled, and where its metrics are read:
+// either the spec's one endpoint for every metric (metricEndpoint, additionalMatchLabels),
+// or Kthena 1.0's source per metric (metricSources), not both.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.metricSources) || (!has(self.metricEndpoint) && !has(self.additionalMatchLabels))",message="metricSources (Kthena 1.0) cannot be combined with metricEndpoint or additionalMatchLabels (Kthena 0.1): give each pod source its port, uri and labelSelector"
 type Target struct {
 	// TargetRef references the target object.
 	TargetRef corev1.ObjectReference `json:"targetRef"`
@@ -92,11 +96,17 @@ type Target struct {
 	// +optional
 	AdditionalMatchLabels map[string]string `json:"additionalMatchLabels,omitempty"`
 
-	// MetricEndpoint is the metric source. It defaults to an empty object so that the
-	// endpoint defaults (/metrics on port 8100) are applied.
+	// MetricEndpoint is the metric source: where the target's pods serve every metric of the
+	// policy. Without it (and without metricSources) they are read at :8100/metrics.
 	// +optional
-	// +kubebuilder:default={}
 	MetricEndpoint *MetricEndpoint `json:"metricEndpoint,omitempty"`
+
+	// MetricSources (Kthena 1.0) say where each metric is read, keyed by the policy metric's
+	// name: scraped from the target's pods (pod) or queried from a Prometheus server
+	// (prometheus). A policy metric without an entry is scraped from the pods under its own
+	// name at :8100/metrics.
+	// +optional
+	MetricSources map[string]MetricSource `json:"metricSources,omitempty"`
 }
 
 // MetricEndpoint is where the pods of a target expose their metrics.
@@ -112,6 +122,92 @@ type MetricEndpoint struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port,omitempty"`
+}
+
+// MetricSource says where one metric is read: exactly one of pod and prometheus.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.pod) || has(self.prometheus)",message="one metric source backend config is required"
+// +kubebuilder:validation:XValidation:rule="!(has(self.pod) && has(self.prometheus))",message="pod and prometheus configs are mutually exclusive"
+type MetricSource struct {
+	// Pod scrapes the metric from each of the target's ready pods.
+	// +optional
+	Pod *PodMetricSource `json:"pod,omitempty"`
+
+	// Prometheus reads the metric from a Prometheus server's instant query.
+	// +optional
+	Prometheus *PrometheusMetricSource `json:"prometheus,omitempty"`
+}
+
+// PodMetricSource scrapes a metric from the target's pods, in the Prometheus text format.
+type PodMetricSource struct {
+	// Name is the metric's name in the pods' output; the policy metric's name when empty.
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// Uri is the path the pods serve their metrics at.
+	// +optional
+	// +kubebuilder:default="/metrics"
+	// +kubebuilder:validation:Pattern=`^/`
+	Uri string `json:"uri,omitempty"`
+
+	// Port is the port the pods serve their metrics on.
+	// +optional
+	// +kubebuilder:default=8100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// LabelSelector narrows the target's pods to those scraped.
+	// +optional
+	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
+}
+
+// PrometheusMetricSource reads a metric from a Prometheus server (or anything serving the
+// Prometheus HTTP API, such as Thanos or VictoriaMetrics). The query is an instant query
+// that must return a scalar or a vector of one sample: the metric's value for the whole
+// target (for example a sum over its pods), which asks for ceil(value / targetValue)
+// replicas.
+type PrometheusMetricSource struct {
+	// ServerURL is the base URL of the Prometheus HTTP API (http or https), e.g.
+	// http://prometheus.monitoring.svc:9090.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Format=uri
+	ServerURL string `json:"serverURL"`
+
+	// Query is a PromQL instant query evaluating to a scalar or a one-sample vector.
+	// +kubebuilder:validation:MinLength=1
+	Query string `json:"query"`
+
+	// Auth is how berth-controller authenticates to the server. Kthena 1.0 defines it as an
+	// empty object and ignores it; Berth reads the fields of Kthena's Prometheus metric
+	// source proposal.
+	// +optional
+	Auth *PrometheusAuth `json:"auth,omitempty"`
+}
+
+// PrometheusAuth authenticates berth-controller to a Prometheus server. Secrets are read
+// from the namespace of the policy (or binding) that names them.
+type PrometheusAuth struct {
+	// BearerTokenSecret is a key of a Secret whose value is sent as the bearer token
+	// (Authorization: Bearer <token>).
+	// +optional
+	BearerTokenSecret *corev1.SecretKeySelector `json:"bearerTokenSecret,omitempty"`
+
+	// TLSConfig verifies an https server.
+	// +optional
+	TLSConfig *PrometheusTLSConfig `json:"tlsConfig,omitempty"`
+}
+
+// PrometheusTLSConfig is how an https Prometheus server's certificate is verified.
+type PrometheusTLSConfig struct {
+	// InsecureSkipVerify accepts any certificate. For development only.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+
+	// CASecret is a key of a Secret holding the PEM CA bundle the server's certificate must
+	// chain to (instead of the system's roots).
+	// +optional
+	CASecret *corev1.SecretKeySelector `json:"caSecret,omitempty"`
 }
 
 // AutoscalingPolicyBindingStatus defines the status of a autoscaling policy binding.
