@@ -40,7 +40,8 @@ func readCycleState(state fwk.CycleState) (*cycleState, error) {
 }
 
 // PreFilter confines the pod to its group's domain, which the placement model chose for
-// the whole group (through ChooseDomain) when it planned the group.
+// the whole group (through ChooseDomain) when it planned the group, or to its role
+// replica's domain inside it; Filter holds it there.
 func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	key := placement.GroupKey(pod)
 	if key == "" {
@@ -84,6 +85,22 @@ func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev
 	// in a large cluster, and a preference the sample misses is no preference. If the pod
 	// still fails there, PostFilter gives the domain up and the next attempt looks elsewhere.
 	return &fwk.PreFilterResult{NodeNames: tgt.Nodes.Clone()}, nil
+}
+
+// Filter keeps the pod inside its target on every path to a node. PreFilter's node list is
+// not one: kube-scheduler first tries a pod's nominated node on its own, through Filter
+// alone, and a pod that waited in Permit on an attempt that was then given up keeps that
+// node in status.nominatedNodeName. Without this check the pod's next attempt could land
+// on it, in another domain than the rest of its group or role replica.
+func (t *Topology) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	cs, err := readCycleState(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if !cs.target.Nodes.Has(ni.Node().Name) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("node is outside %s, where the pod's group places it", cs.target.Name))
+	}
+	return nil
 }
 
 // targetOf is where the plan confines the pod: its subgroup's domain when the subgroup

@@ -76,6 +76,7 @@ type groupState struct {
 
 var (
 	_ fwk.PreFilterPlugin   = &Topology{}
+	_ fwk.FilterPlugin      = &Topology{}
 	_ fwk.PostFilterPlugin  = &Topology{}
 	_ fwk.PreScorePlugin    = &Topology{}
 	_ fwk.ScorePlugin       = &Topology{}
