@@ -115,13 +115,19 @@ func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.
 func (g *Gang) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // Filter keeps a pod off capacity that other groups' plans keep: the free capacity less
-// what they keep must hold it.
+// what they keep must hold it. A pod sent down the fast path goes to its planned node
+// only: kube-scheduler tries a pod's nominated node (left in its status by an earlier
+// attempt that waited in Permit) through Filter alone, before PreFilter's node list, and
+// the plan, not an old attempt, says where the group's pods go.
 func (g *Gang) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
 	s, err := readPreFilterState(state)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
 	node := ni.Node()
+	if s.planned != "" && node.Name != s.planned {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("the group's plan puts the pod on node %s", s.planned))
+	}
 	kept := g.model.KeptOn(node.Name, s.key)
 	if kept == nil {
 		return nil

@@ -1,6 +1,7 @@
 package gang
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -47,4 +50,17 @@ func gpuNodes(free ...int64) *placement.Pool {
 		})
 	}
 	return placement.NewPool(placement.StaticSource(nodes...), nil, nil)
+}
+
+// kube-scheduler tries a pod's nominated node through Filter alone, before PreFilter's
+// node list: a pod sent down the fast path must go to its planned node, not to a node an
+// earlier attempt left nominated.
+func TestFilterSendsAPlannedPodOnlyToItsPlannedNode(t *testing.T) {
+	state := framework.NewCycleState()
+	state.Write(preFilterStateKey, &preFilterState{key: "ns/g", planned: "n1"})
+	ni := framework.NewNodeInfo()
+	ni.SetNode(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0"}})
+	st := (&Gang{}).Filter(context.Background(), state, &corev1.Pod{}, ni)
+	assert.Equal(t, fwk.Unschedulable, st.Code())
+	assert.Equal(t, "the group's plan puts the pod on node n1", st.Message())
 }

@@ -543,10 +543,12 @@ func (m *Model) PlanFor(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req *Requi
 		out.Plan = p // the plan still completes the minimum; this pod is not part of it
 		return out, nil
 	}
-	if p != nil && !p.Reservation && !out.Stale && minMet {
-		out.Plan = p // an extra pod: it goes wherever fits, inside the group's domain
-		return out, nil
-	}
+	// An extra pod (the minimum is placed) that the plan in force gives no node is planned
+	// with the group's other pending pods, around what is placed: a new role replica needs
+	// nodes that hold it whole, and a domain of its own when its subgroup asks for one,
+	// which only planning gives. Sent through the plan made for the minimum, it would go
+	// anywhere in the group's domain and could split its replica across the domains of
+	// the tier its subgroup asks for.
 	r := &Request{Pod: pod, PodGroup: pg, Units: pendingUnits(req, all, placed, !minMet), Placed: placed, Pool: pool}
 	p, msg, err := m.plan(r, req, minMet)
 	if err != nil {

@@ -404,6 +404,46 @@ func TestAPodBeyondTheMinimumIsNotPlannedBeforeIt(t *testing.T) {
 	assert.NotEmpty(t, extra.Node(pods[4]), "the extra replica is planned whole")
 }
 
+// oneDomain is a DomainChooser that puts every group in one domain of all the nodes, so its
+// plans outlive the placement of their pods, as the topology plugin's do.
+type oneDomain struct{}
+
+func (oneDomain) ChooseDomain(r *Request) (*Plan, bool, string, error) {
+	p, _, _ := PlaceAnywhere(r, nil)
+	p.Domain = NewTarget("all", 1, append([]string(nil), r.Pool.Nodes()...))
+	return p, true, "", nil
+}
+
+func TestAnExtraReplicaIsPlannedWhileTheGroupsDomainPlanStands(t *testing.T) {
+	// The minimum is server-0 and prefill-0; prefill-1 is an extra. The plan made for the
+	// minimum has a domain, so it stays in force once the minimum is held: prefill-1 must
+	// still get nodes of its own (and, from the topology plugin, a domain of its own)
+	// rather than go wherever in the group's domain.
+	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g"}}
+	pg.Spec.MinTaskMember = map[string]int32{"server-0": 1, "prefill-0": 2}
+	pg.Spec.MinMember = 3
+	pg.Spec.SubGroupPolicy = []volcanov1beta1.SubGroupPolicySpec{{Name: "prefill", SubGroupSize: ptr.To[int32](2), MinSubGroups: ptr.To[int32](0),
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{workloadv1alpha1.RoleLabel: "prefill"}}, MatchLabelKeys: []string{workloadv1alpha1.RoleIDLabel}}}
+	pods := []*corev1.Pod{gangPod("g", "server", 0, 0, 1),
+		gangPod("g", "prefill", 0, 0, 1), gangPod("g", "prefill", 0, 1, 1),
+		gangPod("g", "prefill", 1, 0, 1), gangPod("g", "prefill", 1, 1, 1)}
+	w := newWorld(t, 8, 8, 8, 8)
+	w.m.SetDomainChooser(oneDomain{})
+	w.add(pods...)
+	out := w.plan(pg, pods[1])
+	require.NotNil(t, out.Plan)
+	for _, p := range pods[:3] {
+		w.m.Reserve(p, out.Node(p))
+	}
+	require.NotNil(t, w.m.Plan("ns/g"), "a plan with a domain outlives its pods' placement")
+
+	extra := w.plan(pg, pods[3])
+	assert.True(t, extra.MinPlaced)
+	assert.NotEmpty(t, extra.Node(pods[3]), "the extra replica is planned")
+	assert.NotEmpty(t, extra.Node(pods[4]), "whole")
+	assert.NotNil(t, extra.Plan.Domain)
+}
+
 func TestPodsWithInterPodAffinityOrHostPortsTakeTheFullPass(t *testing.T) {
 	pod := gangPod("g", "decode", 0, 0, 1)
 	assert.True(t, Narrowable(pod))

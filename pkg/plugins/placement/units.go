@@ -92,19 +92,24 @@ type Unit struct {
 // Role is the role of the unit's pods.
 func (u *Unit) Role() string { return RoleOf(u.Pods[0]) }
 
+// UnitOf returns the key of the pod's unit and the index of the spec.subGroupPolicy entry
+// it comes from (the first that covers the pod), or -1 for a pod that is a unit on its own.
+func (r *Requirement) UnitOf(p *corev1.Pod) (key string, rule int) {
+	for i := range r.SubGroups {
+		if k := r.SubGroups[i].SubGroupOf(p); k != "" {
+			return fmt.Sprintf("sg/%d/%s", i, k), i
+		}
+	}
+	return "pod/" + p.Name, -1
+}
+
 // Units splits a group's pods into placement units, in the order the gang plugin's queue
 // sort hands them out.
 func (r *Requirement) Units(pods []*corev1.Pod) []Unit {
 	byKey := map[string]*Unit{}
 	var order []string
 	for _, p := range pods {
-		key, rule := "pod/"+p.Name, -1
-		for i := range r.SubGroups {
-			if k := r.SubGroups[i].SubGroupOf(p); k != "" {
-				key, rule = fmt.Sprintf("sg/%d/%s", i, k), i
-				break
-			}
-		}
+		key, rule := r.UnitOf(p)
 		u, ok := byKey[key]
 		if !ok {
 			u = &Unit{Key: key, Rule: rule}

@@ -65,7 +65,7 @@ func (t *Topology) ChooseDomain(r *placement.Request) (*placement.Plan, bool, st
 		c.group = *rule.group
 	}
 	for _, u := range r.Units {
-		tp := unitToPlace{key: u.Key, pods: u.Pods, reqs: u.Requests, along: u.Along}
+		tp := unitToPlace{key: u.Key, name: unitName(u), pods: u.Pods, reqs: u.Requests, along: u.Along}
 		if u.Rule >= 0 {
 			tp.sub = rule.subs[u.Rule]
 		}
@@ -93,12 +93,12 @@ func (t *Topology) ChooseDomain(r *placement.Request) (*placement.Plan, bool, st
 		}
 		c.zones = zones
 	}
-	p, msg := chooseDomain(c)
+	p, msg, reason := chooseDomain(c)
 	if r.Reserving {
 		return p, true, msg, nil
 	}
 	if p == nil {
-		groupsRefused.WithLabelValues("no_domain").Inc()
+		groupsRefused.WithLabelValues(reason).Inc()
 		return nil, true, msg, nil
 	}
 	where := "anywhere"
@@ -112,9 +112,13 @@ func (t *Topology) ChooseDomain(r *placement.Request) (*placement.Plan, bool, st
 		st.announced = where
 	}
 	t.mu.Unlock()
+	subs := subgroupChoices(f, c.units, p)
 	if announce {
 		// One event per new choice, not per retry: a decision the user can see on the PodGroup.
 		tierName, note := "anywhere", "no domain can hold the group; it goes wherever it fits"
+		if rule.group == nil && len(rule.spread) == 0 {
+			note = "no domain holds the whole group, and it asks for none"
+		}
 		if p.Domain != nil {
 			tierName = f.TierName(p.Domain.Tier)
 			if p.Domain.Tier == 0 {
@@ -123,10 +127,30 @@ func (t *Topology) ChooseDomain(r *placement.Request) (*placement.Plan, bool, st
 			note = fmt.Sprintf("%s %s holds the group's %d pods", tierName, p.Domain.Name, countPods(c.units))
 		}
 		domainsChosen.WithLabelValues(tierName).Inc()
-		t.handle.EventRecorder().Eventf(podGroupRef(pg), nil, corev1.EventTypeNormal, "DomainChosen", "Scheduling", note)
-		klog.Background().V(4).Info("Chose a domain for the group", "plugin", Name, "group", key, "domain", where)
+		for _, ch := range subs {
+			countSubgroupDomain(ch)
+		}
+		t.handle.EventRecorder().Eventf(podGroupRef(pg), nil, corev1.EventTypeNormal, "DomainChosen", "Scheduling", note+describeSubgroups(subs))
+		klog.Background().V(4).Info("Chose a domain for the group", "plugin", Name, "group", key, "domain", where, "subgroups", len(subs))
+	} else if len(r.Placed) > 0 {
+		// A replica added to a placed group (scale-up, recovery) gets its domain here; the
+		// group's event was sent with its first choice.
+		for _, ch := range subs {
+			if ch.fresh {
+				klog.Background().V(4).Info("Chose a domain for a role replica of a placed group", "plugin", Name, "group", key, "replica", ch.unit, "domain", ch.domain, "inTier", ch.inTier)
+			}
+		}
 	}
 	return p, true, "", nil
+}
+
+// unitName names a unit for messages and events: its role replica (the pods' task), else
+// its first pod.
+func unitName(u placement.PendingUnit) string {
+	if task := placement.Task(u.Pods[0]); task != "" {
+		return task
+	}
+	return u.Pods[0].Name
 }
 
 func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference { return podgroups.ObjectRef(pg) }

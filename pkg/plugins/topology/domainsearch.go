@@ -11,7 +11,8 @@ import (
 
 // This file is the search behind ChooseDomain (domainchooser.go): it chooses the domain a
 // whole group goes to, before its first pod binds, by simulating the group's placement in
-// each candidate domain with the shared placement model. It holds no framework state: the
+// each candidate domain with the shared placement model; subgroups.go places each subgroup
+// (role replica) with a topology of its own inside it. It holds no framework state: the
 // plugin hands it the fabric, the pool and the group's units, so the rules are unit-tested
 // on their own.
 
@@ -26,6 +27,7 @@ type constraint struct {
 // unitToPlace is a subgroup or a pod of the group that must be placed whole.
 type unitToPlace struct {
 	key   string
+	name  string // for messages and events: the role replica ("decode-1"), else the pod
 	pods  []*corev1.Pod
 	reqs  []placement.Resources
 	sub   *constraint // the subgroup's own topology, if any
@@ -46,11 +48,18 @@ type choice struct {
 	pool  *placement.Pool
 }
 
+// Reasons a group is refused, the label of berth_topology_groups_refused_total.
+const (
+	refusedNoDomain         = "no_domain"
+	refusedNoSubgroupDomain = "no_subgroup_domain"
+)
+
 // chooseDomain picks the lowest tier whose domain can hold every unit, best packed, within
-// the group's limit (hard) or anywhere (soft), and inside one spread zone. The plan it
-// returns has each pod's node, or no nodes at all for "anywhere"; a nil plan comes with a
-// message that explains the refusal.
-func chooseDomain(c *choice) (*placement.Plan, string) {
+// the group's limit (hard) or anywhere (soft), and inside one spread zone; every subgroup
+// with a topology of its own gets a domain inside it (subgroups.go). The plan it returns
+// has each pod's node, or no nodes at all for "anywhere"; a nil plan comes with a message
+// that explains the refusal and the reason for the metric.
+func chooseDomain(c *choice) (p *placement.Plan, msg, reason string) {
 	zones := c.zones
 	if zones == nil {
 		zones = []*placement.Target{nil}
@@ -90,7 +99,7 @@ func chooseDomain(c *choice) (*placement.Plan, string) {
 					}
 				}
 				if winner != nil {
-					return winner.plan, ""
+					return winner.plan, "", ""
 				}
 			}
 		}
@@ -99,31 +108,37 @@ func chooseDomain(c *choice) (*placement.Plan, string) {
 		// Soft: no domain holds the group, so it goes wherever it fits, still in one zone.
 		for _, zone := range zones {
 			if zone == nil {
-				// Anywhere: no target, so neither a confinement nor a preference.
-				return &placement.Plan{}, ""
+				return c.anywhere()
 			}
 			if !containsAll(zone.Nodes, c.placed) {
 				continue
 			}
 			if a := c.simulate(zone); a.ok {
-				return a.plan, ""
+				return a.plan, "", ""
 			}
 		}
 		if c.zones != nil {
-			return nil, "no spread domain allowed by the ModelServing's topologySpreadConstraints can hold the group"
+			return nil, "no spread domain allowed by the ModelServing's topologySpreadConstraints can hold the group", refusedNoDomain
 		}
-		return &placement.Plan{}, "" // nothing fits in a domain: the placement model tries anywhere
+		return c.anywhere()
 	}
 	tierName := c.fabric.TierName(limit)
 	pods := countPods(c.units)
-	msg := fmt.Sprintf("no %s (tier %d) can hold the group's %d pods", tierName, limit, pods)
+	msg = fmt.Sprintf("no %s (tier %d) can hold the group's %d pods", tierName, limit, pods)
 	if len(c.placed) > 0 {
 		msg = fmt.Sprintf("no %s (tier %d) around the group's placed pods can hold its %d other pods", tierName, limit, pods)
 	}
+	reason = refusedNoDomain
 	if best != nil {
 		msg += fmt.Sprintf("; the best, %s, holds %d", best.where.Name, best.placedPods)
+		if best.noSubDomain {
+			// The capacity may be there, but not in one domain of a subgroup's tier: say so,
+			// or the user looks for GPUs when the answer is the role's topology.
+			msg += fmt.Sprintf(" (no %s in it can hold %s)", c.subTierName(best.stuck), best.stuck.describe())
+			reason = refusedNoSubgroupDomain
+		}
 	}
-	return nil, msg
+	return nil, msg, reason
 }
 
 // restrict is the part of domain d inside zone, or nil when they do not meet. Without a
@@ -168,6 +183,10 @@ type attempt struct {
 	plan       *placement.Plan
 	placedPods int
 	leftover   placement.Leftover
+	// stuck is the unit that did not fit; noSubDomain says it is a subgroup that no domain
+	// of its tier inside where could hold.
+	stuck       *unitToPlace
+	noSubDomain bool
 }
 
 // simulate places the units into t, each subgroup with a topology of its own inside the
@@ -181,6 +200,7 @@ func (c *choice) simulate(t *placement.Target) *attempt {
 		if u.sub != nil {
 			sub := c.subDomain(s, u, t)
 			if sub == nil {
+				a.stuck, a.noSubDomain = u, true
 				return a
 			}
 			a.plan.Sub[u.key] = sub
@@ -188,6 +208,7 @@ func (c *choice) simulate(t *placement.Target) *attempt {
 		}
 		got, ok := s.PlaceUnit(u.pods, u.reqs, nodes)
 		if !ok {
+			a.stuck = u
 			return a
 		}
 		for j, p := range u.pods {
@@ -198,40 +219,4 @@ func (c *choice) simulate(t *placement.Target) *attempt {
 	a.ok = true
 	a.leftover = s.Rank(t.Name, t.List)
 	return a
-}
-
-// subDomain finds the lowest, tightest domain inside t that holds the subgroup (and its
-// placed siblings). Soft subgroups fall back to anywhere in t.
-func (c *choice) subDomain(s *placement.Simulation, u *unitToPlace, t *placement.Target) *placement.Target {
-	limit := c.fabric.Top()
-	if u.sub.hard && u.sub.limit > 0 {
-		limit = u.sub.limit
-	}
-	for _, tier := range c.fabric.Tiers {
-		if tier > limit || (t.Tier > 0 && tier > t.Tier) {
-			break
-		}
-		var best *placement.Target
-		var bestLeft placement.Leftover
-		for _, d := range c.fabric.Domains[tier] {
-			sub := restrict(d, t)
-			if sub == nil || !containsAll(sub.Nodes, u.along) {
-				continue
-			}
-			trial := s.Clone()
-			if _, ok := trial.PlaceUnit(u.pods, u.reqs, sub.List); !ok {
-				continue
-			}
-			if l := trial.Rank(sub.Name, sub.List); best == nil || l.Less(bestLeft) {
-				best, bestLeft = sub, l
-			}
-		}
-		if best != nil {
-			return best
-		}
-	}
-	if !u.sub.hard {
-		return t
-	}
-	return nil
 }

@@ -4,11 +4,14 @@
 // The network is a set of tiers of domains (switches), read from Volcano HyperNodes when
 // any exist and otherwise from node labels listed in the plugin args. A group's PodGroup
 // says how high its pods may spread (spec.networkTopology: hard or soft, highestTierAllowed
-// or highestTierName); a subGroupPolicy entry may say the same for each subgroup. Before the
-// first pod of a group is placed, the plugin chooses the domain for the whole group: the
-// lowest tier with a domain that holds every pod of the group's minimum, best packed. The
-// rest of the group stays inside it (hard) or is steered there (soft). A ModelServing's
-// topologySpreadConstraints spread its groups, counting groups rather than pods.
+// or highestTierName); a subGroupPolicy entry may say the same for each subgroup, the way
+// Kthena's rolePolicy reaches it: every role replica inside one domain of its tier, all of
+// them inside the group's domain. Before the first pod of a group is placed, the plugin
+// chooses the domain for the whole group: the lowest tier with a domain that holds every
+// pod of the group's minimum, best packed, with a domain for each such subgroup inside it.
+// The rest of the group stays inside it (hard) or is steered there (soft). A
+// ModelServing's topologySpreadConstraints spread its groups, counting groups rather than
+// pods.
 package topology
 
 import (
@@ -73,6 +76,7 @@ type groupState struct {
 
 var (
 	_ fwk.PreFilterPlugin   = &Topology{}
+	_ fwk.FilterPlugin      = &Topology{}
 	_ fwk.PostFilterPlugin  = &Topology{}
 	_ fwk.PreScorePlugin    = &Topology{}
 	_ fwk.ScorePlugin       = &Topology{}

@@ -120,32 +120,32 @@ func TestChooseDomainPicksLowestTierThenTightestFit(t *testing.T) {
 	// l00 has 4 free GPUs left on one node, l01..l11 are empty: a 4-GPU pod goes to l00
 	// (tightest), a group of two 8-GPU pods to an empty leaf, three 8-GPU pods to a spine.
 	used := map[string]int64{"n-000": 8, "n-001": 4}
-	p, msg := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 1, 4), pool: pool(used)})
+	p, msg, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 1, 4), pool: pool(used)})
 	require.Empty(t, msg)
 	assert.Equal(t, "l00", p.Domain.Name)
 
-	p, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("b", 2, 8), pool: pool(used)})
+	p, _, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("b", 2, 8), pool: pool(used)})
 	assert.Equal(t, "l01", p.Domain.Name)
 
-	p, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: units("c", 3, 8), pool: pool(used)})
+	p, _, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: units("c", 3, 8), pool: pool(used)})
 	assert.Equal(t, "s1", p.Domain.Name, "spine s0 has only 2 whole nodes left")
 
-	_, msg = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("d", 3, 8), pool: pool(used)})
+	_, msg, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("d", 3, 8), pool: pool(used)})
 	assert.Equal(t, "no leaf (tier 1) can hold the group's 3 pods; the best, l01, holds 2", msg)
 
-	p, msg = chooseDomain(&choice{fabric: f, group: constraint{hard: false, limit: 1}, units: units("e", 3, 8), pool: pool(used)})
+	p, msg, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: false, limit: 1}, units: units("e", 3, 8), pool: pool(used)})
 	require.Empty(t, msg)
 	assert.Equal(t, 2, p.Domain.Tier, "soft mode climbs to the lowest tier that fits")
 }
 
 func TestChooseDomainKeepsPlacedPodsAndAvoidsFailedDomains(t *testing.T) {
 	f := FabricFromLabels(labelTiers, testNodes())
-	p, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: units("a", 1, 8), placed: []string{"n-110"}, pool: pool(nil)})
+	p, _, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: units("a", 1, 8), placed: []string{"n-110"}, pool: pool(nil)})
 	assert.Equal(t, "l11", p.Domain.Name, "the rest of a group joins its placed pods")
 
-	p, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 8), avoid: sets.New("l00"), pool: pool(nil)})
+	p, _, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 8), avoid: sets.New("l00"), pool: pool(nil)})
 	assert.Equal(t, "l01", p.Domain.Name)
-	p, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 8), avoid: sets.New("l00", "l01", "l10", "l11"), pool: pool(nil)})
+	p, _, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 8), avoid: sets.New("l00", "l01", "l10", "l11"), pool: pool(nil)})
 	assert.Equal(t, "l00", p.Domain.Name, "when every domain failed once, they are all tried again")
 }
 
@@ -161,13 +161,13 @@ func TestSubgroupsGetTheirOwnDomainInsideTheGroup(t *testing.T) {
 		}
 		us = append(us, u)
 	}
-	p, msg := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: us, pool: pool(nil)})
+	p, msg, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: us, pool: pool(nil)})
 	require.Empty(t, msg)
 	assert.Equal(t, "s0", p.Domain.Name)
 	assert.Equal(t, 1, p.Sub["sg/0"].Tier)
 	assert.NotEqual(t, p.Sub["sg/0"].Name, p.Sub["sg/1"].Name)
 	assert.Equal(t, "s1", func() string {
-		p, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: us, pool: pool(map[string]int64{"n-000": 1})})
+		p, _, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: us, pool: pool(map[string]int64{"n-000": 1})})
 		return p.Domain.Name
 	}(), "s0 has 3 whole nodes, but only one leaf with two")
 }
@@ -234,7 +234,7 @@ func TestChooseDomainPrefersTheCheaperClass(t *testing.T) {
 		}
 		return 1000
 	})
-	p, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 4), pool: pl})
+	p, _, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("a", 2, 4), pool: pl})
 	assert.Equal(t, "l10", p.Domain.Name)
 }
 

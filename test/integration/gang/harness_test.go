@@ -206,6 +206,9 @@ type role struct {
 type gangOpts struct {
 	priorityClass string
 	topology      *volcanov1beta1.NetworkTopologySpec
+	// roleTopology is Kthena's rolePolicy as Volcano carries it: every role gets a
+	// subGroupPolicy entry (one instance per role replica) with this networkTopology.
+	roleTopology *volcanov1beta1.NetworkTopologySpec
 }
 
 // createGang writes what berth-controller writes for one ServingGroup (DESIGN.md's
@@ -217,7 +220,7 @@ func (w *world) createGang(group string, minRole map[string]int, roles ...role) 
 	w.createGangWith(group, minRole, gangOpts{}, roles...)
 }
 
-// createGangWith is createGang with a priority class and network topology on the PodGroup.
+// createGangWith is createGang with a priority class and network topologies on the PodGroup.
 func (w *world) createGangWith(group string, minRole map[string]int, opts gangOpts, roles ...role) {
 	w.t.Helper()
 	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: group}}
@@ -248,11 +251,12 @@ func (w *world) createGangWith(group string, minRole map[string]int, opts gangOp
 				pods = append(pods, w.gangPod(group, r, task, k))
 			}
 		}
-		if r.workers > 0 {
+		if r.workers > 0 || opts.roleTopology != nil {
 			pg.Spec.SubGroupPolicy = append(pg.Spec.SubGroupPolicy, volcanov1beta1.SubGroupPolicySpec{
 				Name: r.name, SubGroupSize: ptr.To(size), MinSubGroups: ptr.To[int32](0),
-				LabelSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{labelGroup: group, labelRole: r.name}},
-				MatchLabelKeys: []string{labelRoleID},
+				LabelSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{labelGroup: group, labelRole: r.name}},
+				MatchLabelKeys:  []string{labelRoleID},
+				NetworkTopology: opts.roleTopology,
 			})
 		}
 	}
