@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -112,7 +113,9 @@ func TestModelServingBecomesAvailable(t *testing.T) {
 	require.NotNil(t, avail)
 	assert.Equal(t, metav1.ConditionTrue, avail.Status)
 	assert.Equal(t, "2/2 ServingGroups ready", avail.Message)
-	assert.Equal(t, "modelserving.volcano.sh/entry=true,modelserving.volcano.sh/name=llm", ms.Status.LabelSelector)
+	// Kthena 1.0's scale selector: one pod per ServingGroup (the first role replica's entry
+	// pod), so an HPA counts groups.
+	assert.Equal(t, "modelserving.volcano.sh/entry=true,modelserving.volcano.sh/name=llm,modelserving.volcano.sh/role-id=server-0,modelserving.volcano.sh/role=server", ms.Status.LabelSelector)
 
 	pods := e.pods(map[string]string{workloadv1alpha1.ModelServingNameLabel: "llm"})
 	var names []string
@@ -133,7 +136,8 @@ func TestModelServingBecomesAvailable(t *testing.T) {
 			workloadv1alpha1.RoleLabel:             "server",
 			workloadv1alpha1.RoleIDLabel:           "server-0",
 			workloadv1alpha1.RevisionLabel:         ms.Status.UpdateRevision,
-		}, without(p.Labels, workloadv1alpha1.EntryLabel), p.Name)
+		}, without(p.Labels, workloadv1alpha1.EntryLabel, workloadv1alpha1.RoleTemplateHashLabel), p.Name)
+		assert.NotEmpty(t, p.Labels[workloadv1alpha1.RoleTemplateHashLabel], "%s: the role template's hash (Kthena's RoleRollingUpdate)", p.Name)
 		if k == "0" {
 			assert.Equal(t, "true", p.Labels[workloadv1alpha1.EntryLabel], p.Name)
 		} else {
@@ -408,10 +412,10 @@ func envOf(c *corev1.Container) map[string]string {
 	return out
 }
 
-func without(m map[string]string, key string) map[string]string {
+func without(m map[string]string, keys ...string) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {
-		if k != key {
+		if !slices.Contains(keys, k) {
 			out[k] = v
 		}
 	}
