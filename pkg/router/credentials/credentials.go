@@ -74,6 +74,14 @@ func (s *Store) Sync(refs map[types.NamespacedName]bool) {
 		})
 		s.watches[ref] = w
 		go w.informer.Run(w.stop)
+		// A first list that finds nothing (the Secret is missing or unlabelled) calls no
+		// handler, yet it ends "not loaded yet": say so once it is synced, or a provider
+		// would keep that reason until some other event.
+		go func() {
+			if toolscache.WaitForCacheSync(w.stop, w.informer.HasSynced) {
+				notify()
+			}
+		}()
 	}
 }
 
