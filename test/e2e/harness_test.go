@@ -404,7 +404,7 @@ func (e *env) workers(n int) []string {
 			if onSandbox {
 				e.t.Fatalf("sandbox node %s reports a %s capacity the suite did not fake", node.Name, gpu)
 			}
-			e.t.Skipf("node %s reports a real %s capacity; this suite fakes GPUs and expects a cluster without them (kind)", node.Name, gpu)
+			e.t.Skipf("node %s reports a real %s capacity; this suite fakes GPUs and expects a cluster without them: make test runs it on the sandbox, docs/kind.md on kind", node.Name, gpu)
 		}
 		if schedulableWorker(&node) {
 			out = append(out, node.Name)
@@ -416,7 +416,7 @@ func (e *env) workers(n int) []string {
 		if onSandbox {
 			e.t.Fatalf("the sandbox has %d schedulable workers, the test needs %d", len(out), n)
 		}
-		e.t.Skipf("needs %d schedulable worker nodes, the cluster has %d (docs/kind.md creates 4)", n, len(out))
+		e.t.Skipf("needs %d schedulable worker nodes, the cluster has %d (make test runs it on the sandbox with 4, docs/kind.md creates 4)", n, len(out))
 	}
 	return out[:n]
 }

@@ -55,21 +55,30 @@ type usage struct {
 // maxBody bounds request bodies; a 32k-token prompt is ~128 KiB of text.
 const maxBody = 32 << 20
 
-func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat bool) {
-	ctx := r.Context()
+// faultAndBody applies the simulated fault (delay, then error status) and reads the request
+// body, answering failures in the API's own error shape; ok is false when it answered.
+func (s *Server) faultAndBody(w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, int, string, string)) (body []byte, ok bool) {
 	if f := s.currentFault(); f.Delay > 0 || f.Status != 0 {
-		if f.Delay > 0 && !sleepCtx(ctx, s.done, f.Delay) {
-			return
+		if f.Delay > 0 && !sleepCtx(r.Context(), s.done, f.Delay) {
+			return nil, false
 		}
 		if f.Status != 0 {
-			writeError(w, f.Status, fmt.Sprintf("simulated fault: %d %s", f.Status, http.StatusText(f.Status)), "")
-			return
+			fail(w, f.Status, fmt.Sprintf("simulated fault: %d %s", f.Status, http.StatusText(f.Status)), "")
+			return nil, false
 		}
 	}
-
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "could not read body: "+err.Error(), "")
+		fail(w, http.StatusBadRequest, "could not read body: "+err.Error(), "")
+		return nil, false
+	}
+	return body, true
+}
+
+func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat bool) {
+	ctx := r.Context()
+	body, ok := s.faultAndBody(w, r, writeError)
+	if !ok {
 		return
 	}
 	var req completionRequest
@@ -78,6 +87,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request, chat b
 		return
 	}
 	var text string
+	var err error
 	if chat {
 		if len(req.Messages) == 0 {
 			writeError(w, http.StatusBadRequest, "messages: Field required", "messages")

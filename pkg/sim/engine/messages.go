@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 )
 
@@ -54,18 +53,8 @@ func stopReasonOf(finish string) string {
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	if f := s.currentFault(); f.Delay > 0 || f.Status != 0 {
-		if f.Delay > 0 && !sleepCtx(ctx, s.done, f.Delay) {
-			return
-		}
-		if f.Status != 0 {
-			writeAnthropicError(w, f.Status, fmt.Sprintf("simulated fault: %d %s", f.Status, http.StatusText(f.Status)), "")
-			return
-		}
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		writeAnthropicError(w, http.StatusBadRequest, "could not read body: "+err.Error(), "")
+	body, ok := s.faultAndBody(w, r, writeAnthropicError)
+	if !ok {
 		return
 	}
 	var in messagesRequest
