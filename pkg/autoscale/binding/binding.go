@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -247,19 +248,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status.LastDecisionTime = &metav1.Time{Time: now}
 
 	err := r.decideBinding(ctx, &b, st, status, now)
-	var p *problem
-	switch {
-	case errors.As(err, &p):
-		decisionErrors.WithLabelValues(p.reason).Inc()
-		setCondition(&status.Conditions, b.Generation, ConditionReady, metav1.ConditionFalse, p.reason, p.message)
-		if !hasConditionReason(b.Status.Conditions, ConditionReady, p.reason) {
-			r.Recorder.Eventf(&b, nil, corev1.EventTypeWarning, p.reason, actionDecide, "%s", p.message)
-		}
-		logger.Info("autoscaler cannot act", "reason", p.reason, "message", p.message)
-	case err != nil:
-		decisionErrors.WithLabelValues("Error").Inc()
-		logger.Error(err, "autoscaler decision failed")
-	}
+	r.reportDecision(logger, &b, b.Status.Conditions, &status.Conditions, err)
 	if !equalStatus(&b.Status, status) {
 		// A merge patch, not an update: the cache may not show this controller's last write
 		// yet, and a conflict would drop this decision's status until the next change.
@@ -355,4 +344,23 @@ func setCondition(conds *[]metav1.Condition, gen int64, typ string, s metav1.Con
 func hasConditionReason(conds []metav1.Condition, typ, reason string) bool {
 	c := meta.FindStatusCondition(conds, typ)
 	return c != nil && c.Reason == reason
+}
+
+// reportDecision records a decision's outcome on a binding or a policy with its own target:
+// a problem sets Ready=False with its reason (and an event when the reason is new, so a
+// standing problem is not repeated every period); any other error is logged.
+func (r *Reconciler) reportDecision(logger logr.Logger, obj client.Object, old []metav1.Condition, conditions *[]metav1.Condition, err error) {
+	var p *problem
+	switch {
+	case errors.As(err, &p):
+		decisionErrors.WithLabelValues(p.reason).Inc()
+		setCondition(conditions, obj.GetGeneration(), ConditionReady, metav1.ConditionFalse, p.reason, p.message)
+		if !hasConditionReason(old, ConditionReady, p.reason) {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, p.reason, actionDecide, "%s", p.message)
+		}
+		logger.Info("autoscaler cannot act", "reason", p.reason, "message", p.message)
+	case err != nil:
+		decisionErrors.WithLabelValues("Error").Inc()
+		logger.Error(err, "autoscaler decision failed")
+	}
 }

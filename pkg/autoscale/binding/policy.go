@@ -2,11 +2,9 @@ package binding
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -86,19 +84,7 @@ func (r *Reconciler) ReconcilePolicy(ctx context.Context, req ctrl.Request) (ctr
 	default:
 		err = r.decideOwnTarget(ctx, &p, st, status, now)
 	}
-	var pr *problem
-	switch {
-	case errors.As(err, &pr):
-		decisionErrors.WithLabelValues(pr.reason).Inc()
-		setCondition(&status.Conditions, p.Generation, ConditionReady, metav1.ConditionFalse, pr.reason, pr.message)
-		if !hasConditionReason(p.Status.Conditions, ConditionReady, pr.reason) {
-			r.Recorder.Eventf(&p, nil, corev1.EventTypeWarning, pr.reason, actionDecide, "%s", pr.message)
-		}
-		logger.Info("autoscaler cannot act", "reason", pr.reason, "message", pr.message)
-	case err != nil:
-		decisionErrors.WithLabelValues("Error").Inc()
-		logger.Error(err, "autoscaler decision failed")
-	}
+	r.reportDecision(logger, &p, p.Status.Conditions, &status.Conditions, err)
 	if err := r.writePolicyStatus(ctx, &p, status, st); err != nil {
 		return ctrl.Result{}, err
 	}
