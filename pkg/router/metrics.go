@@ -3,6 +3,7 @@ package router
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // metrics are berth-router's Prometheus series, on its own registry (served at /metrics of
@@ -62,4 +63,28 @@ func newMetrics() *metrics {
 	m.registry.MustRegister(m.requests, m.duration, m.ttft, m.picks, m.retries, m.tokens, m.rateLimited, m.limiterErrs, m.inflight, m.endpoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// forgetPods deletes the pick series of every pod not in keep. It reads the pods from the
+// series that exist rather than from the previous view: a request that picked a pod just
+// before the pod left the view counts its pick after the view changed, re-creating a series
+// that a diff of two views would never delete.
+func (m *metrics) forgetPods(keep map[string]bool) {
+	ch := make(chan prometheus.Metric)
+	go func() { m.picks.Collect(ch); close(ch) }()
+	var gone []string
+	for pm := range ch {
+		var d dto.Metric
+		if pm.Write(&d) != nil {
+			continue
+		}
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "pod" && !keep[l.GetValue()] {
+				gone = append(gone, l.GetValue())
+			}
+		}
+	}
+	for _, pod := range gone {
+		m.picks.DeletePartialMatch(prometheus.Labels{"pod": pod})
+	}
 }

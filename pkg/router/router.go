@@ -223,7 +223,6 @@ func (r *Router) Run(ctx context.Context) error {
 	viewCtx, stopView := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopView()
 	defer r.redis.Close()
-	var podsSeen map[string]bool // of the last snapshot; only the view's goroutine uses it
 	r.view.OnChange(func(s *view.Snapshot) {
 		urls := make(map[string]string, len(s.Endpoints))
 		pods := make(map[string]bool, len(s.Endpoints))
@@ -235,12 +234,7 @@ func (r *Router) Run(ctx context.Context) error {
 		r.picker.Forget(s.Endpoints)
 		r.metrics.endpoints.Set(float64(len(s.Endpoints)))
 		// A pod's series go with it, or /metrics grows with every pod that ever served.
-		for pod := range podsSeen {
-			if !pods[pod] {
-				r.metrics.picks.DeletePartialMatch(prometheus.Labels{"pod": pod})
-			}
-		}
-		podsSeen = pods
+		r.metrics.forgetPods(pods)
 	})
 	viewErr := make(chan error, 1)
 	go func() { viewErr <- r.view.Run(viewCtx) }()

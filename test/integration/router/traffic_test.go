@@ -484,9 +484,19 @@ spec:
 	require.NoError(t, cl.Update(w.ctx, ms))
 	w.eventually("groups 2 and 3 leave the view and their series leave /metrics", 30*time.Second, func() bool {
 		m := get(t, "http://"+routers[0].AdminAddr()+"/metrics")
-		return len(w.readyPodsOf("churn")) == 2 && !strings.Contains(m, `pod="churn-2-`) && !strings.Contains(m, `pod="churn-3-`) &&
-			strings.Contains(m, `pod="churn-0-`)
+		return len(w.readyPodsOf("churn")) == 2 && !strings.Contains(m, `pod="churn-2-`) && !strings.Contains(m, `pod="churn-3-`)
 	})
+	// The groups that stay keep their series once they serve again (a replaced pod's series
+	// went with the old pod, so traffic after the churn is what brings them back).
+	oc := client_(0)
+	for i := range 10 {
+		_, err := oc.Chat.Completions.New(w.ctx, openai.ChatCompletionNewParams{Model: "base-model",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("after %d", i))}, MaxTokens: openai.Int(3)})
+		require.NoError(t, err)
+	}
+	m := get(t, "http://"+routers[0].AdminAddr()+"/metrics")
+	assert.True(t, strings.Contains(m, `pod="churn-0-`) || strings.Contains(m, `pod="churn-1-`), "the staying groups' series are on /metrics after they serve")
+	assert.False(t, strings.Contains(m, `pod="churn-2-`) || strings.Contains(m, `pod="churn-3-`), "no series of a group scaled away comes back")
 }
 
 func (w *world) podsOf(ms string) []string {
