@@ -240,14 +240,25 @@ func normalizeFlag(key string) string {
 }
 
 func hasConfigKey(cfg *apiextensionsv1.JSON, key string) bool {
+	_, _, ok := configValue(cfg, key)
+	return ok
+}
+
+// configValue is the config entry whose flag is key, under the spelling the user wrote.
+func configValue(cfg *apiextensionsv1.JSON, key string) (string, any, bool) {
 	m, _ := decodeConfig(cfg)
-	for k := range m {
+	for k, v := range m {
 		if normalizeFlag(k) == key {
-			return true
+			return k, v, true
 		}
 	}
-	return false
+	return "", nil, false
 }
+
+// servedModelNameKey is the one engine-identity flag a worker's config may set (Kthena 1.0
+// reads it for the ModelServer's model): the controller writes it once on the command line,
+// from ServedModelName, so it is not repeated from the config.
+const servedModelNameKey = "served-model-name"
 
 func decodeConfig(cfg *apiextensionsv1.JSON) (map[string]any, error) {
 	if cfg == nil || len(bytes.TrimSpace(cfg.Raw)) == 0 || string(bytes.TrimSpace(cfg.Raw)) == "null" {
@@ -287,6 +298,9 @@ func configArgs(cfg *apiextensionsv1.JSON) ([]string, error) {
 		if flag == "--" {
 			return nil, fmt.Errorf("empty argument name")
 		}
+		if normalizeFlag(k) == servedModelNameKey {
+			continue // engineArgs writes it, from ServedModelName
+		}
 		switch v := m[k].(type) {
 		case nil:
 		case bool:
@@ -294,6 +308,12 @@ func configArgs(cfg *apiextensionsv1.JSON) ([]string, error) {
 				args = append(args, flag)
 			}
 		case string:
+			if v == "" {
+				// "enable-prefix-caching: ''" is Kthena's way to write a flag without a
+				// value; an empty argument after it would be an unknown positional.
+				args = append(args, flag)
+				break
+			}
 			args = append(args, flag, v)
 		case json.Number:
 			args = append(args, flag, v.String())

@@ -106,12 +106,37 @@ func BackendPath(mb *workloadv1alpha1.ModelBooster, i int) *field.Path {
 // ObjectName is the name of every per-backend object: "<booster>-<backend>".
 func ObjectName(booster, backend string) string { return booster + "-" + backend }
 
-// ServedModelName is the model name clients ask for: spec.name, else metadata.name.
+// ServedModelName is the model name clients ask for, the engines serve, the ModelServer
+// names and the ModelRoute matches: a serving worker's config served-model-name (Kthena
+// 1.0's quick start sets it and then asks for that name), else spec.name, else
+// metadata.name. Validate makes every worker that sets it agree.
 func ServedModelName(mb *workloadv1alpha1.ModelBooster) string {
+	if name, _ := configServedName(mb); name != "" {
+		return name
+	}
 	if mb.Spec.Name != "" {
 		return mb.Spec.Name
 	}
 	return mb.Name
+}
+
+// configServedName is the first served-model-name a serving worker's config sets, in
+// backend and worker order, with its field path ("" and nil when none does).
+func configServedName(mb *workloadv1alpha1.ModelBooster) (string, *field.Path) {
+	for i, b := range Backends(mb) {
+		for j := range b.Workers {
+			w := &b.Workers[j]
+			if !servesModel(workerType(w)) {
+				continue
+			}
+			if key, v, ok := configValue(w.Config, servedModelNameKey); ok {
+				if s, isString := v.(string); isString && s != "" {
+					return s, BackendPath(mb, i).Child("workers").Index(j).Child("config").Key(key)
+				}
+			}
+		}
+	}
+	return "", nil
 }
 
 // BackendAutoscaled says whether an autoscaler owns the backend's replica count: it has a

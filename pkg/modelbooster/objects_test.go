@@ -178,6 +178,30 @@ func TestBoosterServedNameDefaultsToMetadataName(t *testing.T) {
 	assert.Contains(t, strings.Join(objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Args, " "), "--served-model-name llama ")
 }
 
+// Kthena 1.0's quick start names the model in the worker's config and asks for that name.
+func TestBoosterServedNameFromWorkerConfig(t *testing.T) {
+	mb := parseBooster(t, `
+metadata: {name: chat, namespace: ns}
+spec:
+  name: ignored-when-config-names-it
+  backend:
+    name: cpu
+    type: vLLM
+    modelURI: hf://org/tiny-instruct
+    replicas: 1
+    workers:
+    - type: server
+      config: {served-model-name: tiny-instruct, enable-prefix-caching: ""}
+`)
+	objs := build(t, mb)
+	assert.Equal(t, "tiny-instruct", *objs.ModelServers[0].Spec.Model)
+	assert.Equal(t, "tiny-instruct", objs.ModelRoute.Spec.ModelName)
+	args := strings.Join(objs.ModelServings[0].Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Args, " ")
+	assert.Equal(t, 1, strings.Count(args, "--served-model-name"), args)
+	assert.Contains(t, args, "--served-model-name tiny-instruct ")
+	assert.True(t, strings.HasSuffix(args, "--enable-prefix-caching"), "an empty value is a bare flag: %s", args)
+}
+
 func TestBoosterConfigArgs(t *testing.T) {
 	for _, tc := range []struct {
 		config string
@@ -191,6 +215,8 @@ func TestBoosterConfigArgs(t *testing.T) {
 		{`{"trust-remote-code": true, "enable-prefix-caching": false, "quantization": null}`, []string{"--trust-remote-code"}},
 		{`{"gpu-memory-utilization": 0.95, "max-num-seqs": 256}`, []string{"--gpu-memory-utilization", "0.95", "--max-num-seqs", "256"}},
 		{`{"max_model_len": 1e4}`, []string{"--max_model_len", "1e4"}},
+		{`{"enable-prefix-caching": "", "block-size": 128}`, []string{"--block-size", "128", "--enable-prefix-caching"}},
+		{`{"served-model-name": "x", "dtype": "half"}`, []string{"--dtype", "half"}},
 		{`{"allowed-origins": ["a", "b"], "kv-transfer-config": {"kv_connector": "NixlConnector"}}`,
 			[]string{"--allowed-origins", `["a","b"]`, "--kv-transfer-config", `{"kv_connector":"NixlConnector"}`}},
 	} {
@@ -469,8 +495,12 @@ func TestBoosterInvalidSpecs(t *testing.T) {
 			[]string{"spec.backends[0].modelURI: Required value"}},
 		{"config not an object", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{type: server, config: [1]}]}`,
 			[]string{"spec.backends[0].workers[0].config: Invalid value"}},
-		{"config sets the port", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{type: server, config: {port: 9000, served_model_name: x}}]}`,
-			[]string{"spec.backends[0].workers[0].config[port]: Forbidden", "spec.backends[0].workers[0].config[served-model-name]: Forbidden"}},
+		{"config sets the port", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{type: server, config: {port: 9000, model: x}}]}`,
+			[]string{"spec.backends[0].workers[0].config[port]: Forbidden", "spec.backends[0].workers[0].config[model]: Forbidden"}},
+		{"prefill and decode serve different names", `{name: pd, type: vLLMDisaggregated, modelURI: "hf://m", workers: [{type: prefill, config: {served-model-name: a}}, {type: decode, config: {served_model_name: b}}]}`,
+			[]string{`spec.backends[0].workers[1].config[served_model_name]: Invalid value: "b": another serving worker sets served-model-name "a"`}},
+		{"served-model-name not a string", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{type: server, config: {served-model-name: 7}}]}`,
+			[]string{"spec.backends[0].workers[0].config[served-model-name]: Invalid value"}},
 		{"adapter named like the model", `{name: a, type: vLLM, modelURI: "hf://m", workers: [{}], loraAdapters: [{name: llama, artifactURL: "hf://x"}]}`,
 			[]string{"spec.backends[0].loraAdapters[0].name: Invalid value"}},
 		{"name too long for a label", `{name: a-very-long-backend-name-that-will-surely-not-fit-into-a-label, type: vLLM, modelURI: "hf://m", workers: [{}]}`,

@@ -47,6 +47,7 @@ func Validate(mb *workloadv1alpha1.ModelBooster) field.ErrorList {
 			errs = append(errs, field.Invalid(p.Child("cacheURI"), b.CacheURI, "must be hostpath://<path> or pvc://<claim>[/<path>]"))
 		}
 		errs = append(errs, validateWorkers(b, eng, p)...)
+		errs = append(errs, validateServedNames(b, p, served)...)
 		seen := map[string]bool{}
 		for j, a := range b.LoraAdapters {
 			ap := p.Child("loraAdapters").Index(j)
@@ -95,6 +96,10 @@ func validateShape(mb *workloadv1alpha1.ModelBooster) field.ErrorList {
 			errs = append(errs, field.Forbidden(spec.Child("costExpansionRatePercent"), "applies to autoscaled spec.backends; spec.backend has fixed replicas"))
 		}
 	}
+	errs = append(errs, embeddedPolicyTargets(mb.Spec.AutoscalingPolicy, spec.Child("autoscalingPolicy"))...)
+	for i, b := range Backends(mb) {
+		errs = append(errs, embeddedPolicyTargets(b.AutoscalingPolicy, BackendPath(mb, i).Child("autoscalingPolicy"))...)
+	}
 	for i, b := range Backends(mb) {
 		if b.Replicas == nil {
 			continue
@@ -110,6 +115,27 @@ func validateShape(mb *workloadv1alpha1.ModelBooster) field.ErrorList {
 			if f.set {
 				errs = append(errs, field.Forbidden(p.Child(f.name), "replicas fixes the backend's size; this field sizes an autoscaled backend"))
 			}
+		}
+	}
+	return errs
+}
+
+// embeddedPolicyTargets refuses a Kthena 1.0 target inside a ModelBooster's policy, as the
+// CRD does: the booster binds the policy to the ModelServings it generates, so a target of
+// the policy's own would be a second, conflicting answer to "what does this scale" (and
+// the AutoscalingPolicyBinding it is copied beside refuses it).
+func embeddedPolicyTargets(p *workloadv1alpha1.AutoscalingPolicySpec, path *field.Path) field.ErrorList {
+	if p == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	for _, t := range []struct {
+		name string
+		set  bool
+	}{{"homogeneousTarget", p.HomogeneousTarget != nil}, {"heterogeneousTarget", p.HeterogeneousTarget != nil}, {"disaggregatedTarget", p.DisaggregatedTarget != nil}} {
+		if t.set {
+			errs = append(errs, field.Forbidden(path.Child(t.name),
+				"an AutoscalingPolicy embedded in a ModelBooster scales the ModelServings the booster generates, so it names no target of its own (size the backends with minReplicas and maxReplicas)"))
 		}
 	}
 	return errs
@@ -166,7 +192,7 @@ func validateWorkers(b *workloadv1alpha1.ModelBackend, eng boosterEngine, p *fie
 		} else {
 			for _, key := range reservedConfigKeys(b, t) {
 				if hasConfigKey(w.Config, key) {
-					errs = append(errs, field.Forbidden(wp.Index(j).Child("config").Key(key), "set by the ModelBooster controller (from spec.name, modelURI, cacheURI and the backend type)"))
+					errs = append(errs, field.Forbidden(wp.Index(j).Child("config").Key(key), "set by the ModelBooster controller (from modelURI, cacheURI and the backend type)"))
 				}
 			}
 		}
@@ -174,6 +200,32 @@ func validateWorkers(b *workloadv1alpha1.ModelBackend, eng boosterEngine, p *fie
 	for _, t := range required {
 		if !seen[t] {
 			errs = append(errs, field.Required(wp, fmt.Sprintf("a %s backend needs a worker of type %s", b.Type, t)))
+		}
+	}
+	return errs
+}
+
+// validateServedNames checks the config served-model-name of the backend's serving
+// workers: a non-empty string, the same in every worker that sets it (one ModelRoute
+// sends one model name to every backend, and a prefill engine must serve the decode's).
+func validateServedNames(b *workloadv1alpha1.ModelBackend, p *field.Path, served string) field.ErrorList {
+	var errs field.ErrorList
+	for j := range b.Workers {
+		w := &b.Workers[j]
+		key, v, ok := configValue(w.Config, servedModelNameKey)
+		if !ok {
+			continue
+		}
+		fp := p.Child("workers").Index(j).Child("config").Key(key)
+		s, isString := v.(string)
+		switch {
+		case !servesModel(workerType(w)):
+			errs = append(errs, field.Forbidden(fp, fmt.Sprintf("a %s worker serves no model", workerType(w))))
+		case !isString || s == "":
+			errs = append(errs, field.Invalid(fp, v, "must be the model name the engine serves, a non-empty string"))
+		case s != served:
+			errs = append(errs, field.Invalid(fp, s,
+				fmt.Sprintf("another serving worker sets served-model-name %q: every worker serves the one model name the ModelRoute matches", served)))
 		}
 	}
 	return errs
@@ -193,7 +245,7 @@ func reservedConfigKeys(b *workloadv1alpha1.ModelBackend, t workloadv1alpha1.Mod
 	if !servesModel(t) {
 		return nil
 	}
-	keys := []string{"model", "model-path", "served-model-name", "port"}
+	keys := []string{"model", "model-path", "port"}
 	if b.CacheURI != "" {
 		keys = append(keys, "download-dir")
 	}

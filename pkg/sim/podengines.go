@@ -312,7 +312,10 @@ func engineConfig(p *corev1.Pod, ms *networkingv1alpha1.ModelServer) (engine.Con
 	return cfg, true
 }
 
-// selecting is the first ModelServer (by name) whose workloadSelector matches the pod.
+// selecting is the ModelServer whose workloadSelector matches the pod most specifically
+// (the most labels; by name among equals). A canary's pods carry their version label too
+// (Kthena 1.0's router examples: "app" for the model, "app"+"version" for each canary), so
+// the canary's ModelServer, not the model-wide one, says which model their engine serves.
 func selecting(p *corev1.Pod, servers []networkingv1alpha1.ModelServer) *networkingv1alpha1.ModelServer {
 	var found *networkingv1alpha1.ModelServer
 	for i := range servers {
@@ -320,7 +323,12 @@ func selecting(p *corev1.Pod, servers []networkingv1alpha1.ModelServer) *network
 		if ms.Spec.WorkloadSelector == nil || !labels.SelectorFromSet(ms.Spec.WorkloadSelector.MatchLabels).Matches(labels.Set(p.Labels)) {
 			continue
 		}
-		if found == nil || ms.Name < found.Name {
+		if found == nil {
+			found = ms
+			continue
+		}
+		n, best := len(ms.Spec.WorkloadSelector.MatchLabels), len(found.Spec.WorkloadSelector.MatchLabels)
+		if n > best || n == best && ms.Name < found.Name {
 			found = ms
 		}
 	}

@@ -260,6 +260,18 @@ func TestValidationRejectsBadInput(t *testing.T) {
 		}, "spec.backends[0].replicas", "set one or the other"},
 		{"single backend with negative replicas", validKthena10ModelBooster, func(o map[string]any) { dig(o, "spec", "backend")["replicas"] = -1 },
 			"spec.backend.replicas", "greater than or equal to 0"},
+		// A Kthena 1.0 AutoscalingPolicy (with its own target) embedded in a ModelBooster:
+		// the booster binds the policy to its own ModelServings, so the target is refused
+		// here, at the field, not later at the binding the booster writes.
+		{"model's policy with a homogeneousTarget", validModelBooster, func(o map[string]any) {
+			dig(o, "spec")["autoscalingPolicy"] = map[string]any{"metrics": []any{map[string]any{"name": "waiting", "targetValue": "10"}},
+				"homogeneousTarget": map[string]any{"minReplicas": 1, "maxReplicas": 3, "target": map[string]any{"targetRef": map[string]any{"kind": "ModelServing", "name": "m"}}}}
+		}, "spec.autoscalingPolicy.homogeneousTarget", "embedded in a ModelBooster scales the ModelServings the booster generates"},
+		{"backend's policy with a disaggregatedTarget", validModelBooster, func(o map[string]any) {
+			backend(o)["autoscalingPolicy"] = map[string]any{"disaggregatedTarget": map[string]any{
+				"targetRef": map[string]any{"kind": "ModelServing", "name": "m"},
+				"roles":     map[string]any{"decode": map[string]any{"minReplicas": 1, "maxReplicas": 2, "metrics": []any{map[string]any{"name": "waiting", "targetValue": "10"}}}}}}
+		}, "spec.backends[0].autoscalingPolicy.disaggregatedTarget", "names no target of its own"},
 		{"single backend model over ftp", validKthena10ModelBooster, func(o map[string]any) { dig(o, "spec", "backend")["modelURI"] = "ftp://m" },
 			"spec.backend.modelURI", "should match"},
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -16,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/internal/systemtest"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/modelbooster"
 )
 
 // kthena10Manifest is a ModelBooster written the Kthena 1.0 way: one backend (not a list)
@@ -141,4 +143,79 @@ func TestBoosterKthena10SingleBackendServes(t *testing.T) {
 		return len(w.entryPods("qwen-k1-gpu")) == 1 &&
 			len(mb.Status.BackendStatuses) == 1 && mb.Status.BackendStatuses[0] == workloadv1alpha1.ModelBackendStatus{Name: "gpu", Replicas: 1}
 	})
+}
+
+// kthena10ServedNameManifest is a disaggregated ModelBooster written the Kthena 1.0 way:
+// one backend with fixed replicas whose prefill and decode workers each name the served
+// model in their config, with flags written as empty strings (Kthena's spelling of a flag
+// without a value).
+const kthena10ServedNameManifest = `
+metadata: {name: chat-pd}
+spec:
+  backend:
+    name: pd
+    type: vLLMDisaggregated
+    modelURI: hf://example-org/Tiny-Chat-1B
+    replicas: 1
+    workers:
+    - type: prefill
+      replicas: 1
+      pods: 1
+      resources: {limits: {nvidia.com/gpu: "1"}}
+      config: {served-model-name: "example-org/TinyChat", max-model-len: 2048, enforce-eager: ""}
+    - type: decode
+      replicas: 1
+      pods: 1
+      resources: {limits: {nvidia.com/gpu: "1"}}
+      config: {served-model-name: "example-org/TinyChat", max-model-len: 2048, enforce-eager: ""}
+`
+
+// A worker's config served-model-name (Kthena 1.0's quick start sets it and then asks for
+// that name) is the model the engines serve, the ModelServer names and the ModelRoute
+// matches: a chat completion for it answers through a prefill/decode pair. The flag is on
+// each engine's command line once, and an empty config value is a bare flag.
+func TestBoosterKthena10ServedModelNameServes(t *testing.T) {
+	w := newWorld(t, map[string]int{"": 1})
+	w.apply(kthena10ServedNameManifest)
+	w.waitReady("chat-pd")
+
+	const model = "example-org/TinyChat"
+	srv := &networkingv1alpha1.ModelServer{}
+	require.NoError(t, cl.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: "chat-pd-pd"}, srv))
+	assert.Equal(t, ptr.To(model), srv.Spec.Model)
+	route := &networkingv1alpha1.ModelRoute{}
+	require.NoError(t, cl.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: "chat-pd"}, route))
+	assert.Equal(t, model, route.Spec.ModelName)
+
+	pods, err := kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, pods.Items, 2, "one prefill and one decode pod")
+	for _, p := range pods.Items {
+		args := strings.Join(p.Spec.Containers[0].Args, " ")
+		assert.Equal(t, 1, strings.Count(args, "--served-model-name"), "%s: %s", p.Name, args)
+		assert.Contains(t, args, "--served-model-name "+model+" ", p.Name)
+		assert.Contains(t, args, "--enforce-eager", p.Name)
+		assert.NotContains(t, p.Spec.Containers[0].Args, "", "%s: no empty argument", p.Name)
+	}
+
+	answer, endpoint := w.chatEventually(model)
+	assert.NotEmpty(t, answer)
+	prefill, decode, ok := strings.Cut(endpoint, "+")
+	require.True(t, ok, "not served by a prefill/decode pair: %q", endpoint)
+	assert.Contains(t, prefill, "-prefill-")
+	ns, pod, _ := strings.Cut(decode, "/")
+	e := engines.Engine(ns, pod)
+	require.NotNil(t, e)
+	assert.Equal(t, model, e.Config().Model, "the engine serves the configured name")
+
+	// Workers that disagree on the name are refused, naming the field; the objects built
+	// before stay as they were.
+	w.update("chat-pd", func(mb *workloadv1alpha1.ModelBooster) {
+		mb.Spec.Backend.Workers[1].Config.Raw = []byte(`{"served-model-name":"other-name"}`)
+	})
+	mb := w.waitCondition("chat-pd", modelbooster.ConditionReady, metav1.ConditionFalse, modelbooster.ReasonInvalidSpec)
+	c := meta.FindStatusCondition(mb.Status.Conditions, modelbooster.ConditionReady)
+	assert.Contains(t, c.Message, "spec.backend.workers[1].config[served-model-name]")
+	require.NoError(t, cl.Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: "chat-pd"}, route))
+	assert.Equal(t, model, route.Spec.ModelName, "an invalid spec changes nothing")
 }
