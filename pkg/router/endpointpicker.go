@@ -60,7 +60,7 @@ func (c *routeChooser) Choose(ctx context.Context, q *epp.Query) (*epp.Choice, *
 	}
 	if q.Body == nil {
 		return nil, &epp.Refusal{Status: http.StatusBadRequest, Code: "invalid_request",
-			Message: "the request has no body; a completion request is a JSON body naming its model"}
+			Message: "the endpoint picker got no request body: a completion request is a JSON body naming its model (if it had one, set the gateway's ext_proc request_body_mode to FULL_DUPLEX_STREAMED or BUFFERED)"}
 	}
 	in, err := request.Parse(kind, q.Body)
 	if err != nil {

@@ -2,12 +2,16 @@ package router
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/berth-sh/berth/pkg/router/epp"
 )
@@ -51,14 +55,42 @@ func (r *Router) serveEPP(s *eppServers, errc chan<- error) error {
 	// MaxBodyBytes so that an oversized body meets the picker's own 413, not a transport
 	// error.
 	limit := int(min(r.opts.MaxBodyBytes+1<<20, 1<<30))
-	s.extproc = grpc.NewServer(grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit))
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(limit)}
+	if r.opts.EPPSecureServing {
+		cfg, err := r.eppTLS()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	s.extproc = grpc.NewServer(opts...)
 	chooser := &routeChooser{r: r, fallbacks: r.opts.EPPFallbacks}
 	extprocv3.RegisterExternalProcessorServer(s.extproc, epp.New(chooser, epp.Options{MaxBodyBytes: r.opts.MaxBodyBytes},
 		r.log.WithName("epp"), r.metrics.registry))
 	go func() { errc <- s.extproc.Serve(ln) }()
 	s.health.SetReady(true)
-	r.log.Info("endpoint picker serving ext_proc", "addr", a, "health", r.EPPHealthAddr(), "fallbacks", r.opts.EPPFallbacks)
+	r.log.Info("endpoint picker serving ext_proc", "addr", a, "tls", r.opts.EPPSecureServing, "health", r.EPPHealthAddr(), "fallbacks", r.opts.EPPFallbacks)
 	return nil
+}
+
+// eppTLS is the ext_proc listener's TLS: the --tls-cert-file pair, else a self-signed
+// certificate made at start (nothing written to disk).
+func (r *Router) eppTLS() (*tls.Config, error) {
+	var cert tls.Certificate
+	var err error
+	if r.opts.TLSCertFile != "" {
+		cert, err = tls.LoadX509KeyPair(r.opts.TLSCertFile, r.opts.TLSKeyFile)
+	} else {
+		var certPEM, keyPEM []byte
+		if certPEM, keyPEM, err = certutil.GenerateSelfSignedCertKey("berth-router-epp", nil, nil); err == nil {
+			cert, err = tls.X509KeyPair(certPEM, keyPEM)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("endpoint picker certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}, nil
 }
 
 // stop lets open streams finish until ctx ends, then cuts them.

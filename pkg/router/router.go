@@ -49,6 +49,10 @@ type Options struct {
 	// EPPAddr serves ext_proc (gRPC) in epp mode; EPPHealthAddr serves grpc.health.v1
 	// there (liveness, readiness and the ext_proc service, as the protocol names them).
 	EPPAddr, EPPHealthAddr string
+	// EPPSecureServing serves ext_proc over TLS, as the Inference Extension's reference
+	// picker does by default and gateways expect: with TLSCertFile and TLSKeyFile when set,
+	// else a self-signed certificate made at start (the gateways skip verifying it).
+	EPPSecureServing bool
 	// EPPFallbacks is how many endpoints after the primary the picker names, in the order
 	// the data plane should try them when the one before fails.
 	EPPFallbacks int

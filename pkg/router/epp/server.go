@@ -112,7 +112,7 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			return err
 		}
 		if err := st.handle(req); err != nil {
-			st.result = resultInvalid
+			st.count(resultInvalid)
 			return err
 		}
 		if st.phase == finished && st.choice == nil {
@@ -128,15 +128,21 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 // in-flight slot here.
 func (st *stream) close() {
 	if st.phase < awaitResponse && st.result == "" {
-		st.result = resultCancelled
+		st.count(resultCancelled)
 		st.log.V(1).Info("ext-proc stream ended before the request was complete", "phase", st.phase.String(), "path", st.query.Path, "bodyBytes", len(st.body))
 	}
 	if st.choice != nil && !st.ended {
 		st.end(false)
 	}
+}
+
+// count records the stream's result, once: what was decided (or why nothing was).
+func (st *stream) count(result string) {
 	if st.result != "" {
-		st.s.m.requests.WithLabelValues(st.result).Inc()
+		return
 	}
+	st.result = result
+	st.s.m.requests.WithLabelValues(result).Inc()
 }
 
 func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
@@ -169,7 +175,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 		default:
 			// STREAMED and BUFFERED_PARTIAL pass headers on before the body is whole, and
 			// GRPC is for gRPC bodies: no decision from the body could reach the route.
-			st.result = resultInvalid
+			st.count(resultInvalid)
 			return st.refuse(&Refusal{Status: http.StatusInternalServerError, Code: "unsupported_processing_mode",
 				Message: fmt.Sprintf("berth-router's endpoint picker needs the ext_proc filter's request_body_mode FULL_DUPLEX_STREAMED (as the Endpoint Picker Protocol asks) or BUFFERED, not %s", st.reqMode)})
 		}
@@ -180,7 +186,7 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 		}
 		chunk := v.RequestBody.GetBody()
 		if int64(len(st.body))+int64(len(chunk)) > st.s.opts.MaxBodyBytes {
-			st.result = resultTooLarge
+			st.count(resultTooLarge)
 			st.log.Info("request body too large", "limit", st.s.opts.MaxBodyBytes)
 			return st.refuse(&Refusal{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large",
 				Message: fmt.Sprintf("request body exceeds %d bytes", st.s.opts.MaxBodyBytes)})
@@ -213,7 +219,9 @@ func (st *stream) handle(req *extprocv3.ProcessingRequest) error {
 			return err
 		}
 		st.phase = responseBody
-		if v.ResponseHeaders.GetEndOfStream() {
+		// With no body to follow, or a filter that does not show it (response body mode
+		// NONE), the answer's headers are all the picker will see of it.
+		if v.ResponseHeaders.GetEndOfStream() || st.respMode == filterv3.ProcessingMode_NONE {
 			st.end(true)
 		}
 		return nil
@@ -355,7 +363,7 @@ func (st *stream) decide(withBody, trailers bool) error {
 	choice, ref := st.s.chooser.Choose(st.srv.Context(), &q)
 	if ref != nil {
 		st.s.m.decisions.WithLabelValues(resultRefused).Observe(time.Since(t0).Seconds())
-		st.result = resultRefused
+		st.count(resultRefused)
 		log := st.log.V(1)
 		if ref.Status >= 500 {
 			log = st.log
@@ -365,7 +373,8 @@ func (st *stream) decide(withBody, trailers bool) error {
 	}
 	st.decided = time.Now()
 	st.s.m.decisions.WithLabelValues(resultPicked).Observe(st.decided.Sub(t0).Seconds())
-	st.choice, st.result = choice, resultPicked
+	st.choice = choice
+	st.count(resultPicked)
 	st.log = st.log.WithValues("route", choice.Route, "model", choice.Model)
 	st.log.V(1).Info("picked", "endpoints", choice.Endpoints, "bodyRewritten", choice.Body != nil, "decision", st.decided.Sub(t0).String())
 
