@@ -359,7 +359,7 @@ func (r *Router) Run(ctx context.Context) error {
 		servers = append(servers, admin)
 		go func() { errc <- admin.Serve(aln) }()
 	}
-	r.log.Info("berth-router serving", "mode", r.opts.Mode, "addr", addr, "admin", r.AdminAddr(), "tls", r.opts.TLSCertFile != "", "policy", r.opts.Policy, "scorers", r.picker.ScorerNames())
+	r.log.Info("berth-router serving", "mode", r.opts.Mode, "addr", addr, "admin", r.AdminAddr(), "tls", r.opts.TLSCertFile != "" || (picker != nil && r.opts.EPPSecureServing), "policy", r.opts.Policy, "scorers", r.picker.ScorerNames())
 	close(r.ready)
 
 	select {

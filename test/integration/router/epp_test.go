@@ -249,13 +249,43 @@ func TestEPPBadInput(t *testing.T) {
 		return counter(t, reg, "berth_router_epp_requests_total", map[string]string{"result": "cancelled"}) == 1
 	})
 
+	// A bodiless GET /v1/models is answered by the picker, as by the proxy.
+	d, err = p.exchange(t, ctx).SendRequest(epptest.Request{Method: "GET", Path: "/v1/models"})
+	require.NoError(t, err)
+	require.NotNil(t, d.Immediate)
+	assert.EqualValues(t, http.StatusOK, d.Immediate.GetStatus().GetCode())
+	assert.Contains(t, string(d.Immediate.GetBody()), `"id":"epp-bad"`)
+
+	// A stream cancelled while the answer streams (the client went away) frees the
+	// endpoint's in-flight slot; it is counted with the status that already went out, as
+	// the proxy counts a stream its client cut.
+	sctx, cancelStream := context.WithCancel(ctx)
+	x = p.exchange(t, sctx)
+	d, err = x.SendRequest(epptest.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(`{"model":"epp-bad","stream":true,"messages":[{"role":"user","content":"x"}]}`)})
+	require.NoError(t, err)
+	require.Nil(t, d.Immediate)
+	assert.Equal(t, 1.0, gauge(t, reg, "berth_router_inflight_requests"), "in flight from the decision on")
+	firstChunk := make(chan struct{})
+	sendErr := make(chan error, 1)
+	go func() {
+		_, err := x.SendResponse(epptest.Response{Status: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Served: d.Endpoints()[0],
+			Body: &stalledStream{ctx: sctx, first: []byte("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")},
+			OnChunk: func([]byte) { close(firstChunk) }})
+		sendErr <- err
+	}()
+	<-firstChunk
+	cancelStream()
+	assert.Error(t, <-sendErr)
+	w.eventually("the cancelled stream's slot is freed", 5*time.Second, func() bool { return gauge(t, reg, "berth_router_inflight_requests") == 0 })
+	assert.Equal(t, 1.0, counter(t, reg, "berth_router_requests_total", map[string]string{"route": w.ns + "/epp-bad", "status": "200"}))
+
 	x = p.exchange(t, ctx)
 	d, err = x.SendRequest(epptest.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(`{"model":"epp-bad","max_tokens":2,"messages":[{"role":"user","content":"x"}]}`)})
 	require.NoError(t, err)
 	require.Nil(t, d.Immediate, "the picker serves on")
 	_, resp, _ := envoyForward(t, ctx, x, d, "/v1/chat/completions", nil)
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.Equal(t, 2.0, counter(t, reg, "berth_router_epp_requests_total", map[string]string{"result": "refused"})+
+	assert.Equal(t, 3.0, counter(t, reg, "berth_router_epp_requests_total", map[string]string{"result": "refused"})+
 		counter(t, reg, "berth_router_epp_requests_total", map[string]string{"result": "too_large"}))
 }
 
@@ -271,4 +301,20 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no gauge %s", name)
 	return 0
+}
+
+// stalledStream is an engine's stream that sends one chunk and then nothing until ctx ends.
+type stalledStream struct {
+	ctx   context.Context
+	first []byte
+}
+
+func (s *stalledStream) Read(p []byte) (int, error) {
+	if len(s.first) > 0 {
+		n := copy(p, s.first)
+		s.first = s.first[n:]
+		return n, nil
+	}
+	<-s.ctx.Done()
+	return 0, s.ctx.Err()
 }
