@@ -269,7 +269,7 @@ func TestEPPBadInput(t *testing.T) {
 	sendErr := make(chan error, 1)
 	go func() {
 		_, err := x.SendResponse(epptest.Response{Status: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Served: d.Endpoints()[0],
-			Body: &stalledStream{ctx: sctx, first: []byte("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")},
+			Body:    &stalledStream{ctx: sctx, first: []byte("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")},
 			OnChunk: func([]byte) { close(firstChunk) }})
 		sendErr <- err
 	}()
