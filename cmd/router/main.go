@@ -32,7 +32,12 @@ func bindFlags(fs *flag.FlagSet) *flags {
 	o := &f.opts
 	o.Defaults()
 	f.policy = string(o.Policy)
-	fs.StringVar(&o.Addr, "addr", o.Addr, "address of the OpenAI API")
+	fs.StringVar(&o.Mode, "mode", o.Mode, "\"proxy\": serve the OpenAI API and proxy requests; \"epp\": be an endpoint picker Envoy asks over ext_proc (the Gateway API Inference Extension's protocol), with the same routes, scorers and rate limits")
+	fs.StringVar(&o.Addr, "addr", o.Addr, "address of the OpenAI API (proxy mode)")
+	fs.StringVar(&o.EPPAddr, "epp-addr", o.EPPAddr, "address of the ext_proc gRPC service (epp mode)")
+	fs.StringVar(&o.EPPHealthAddr, "epp-health-addr", o.EPPHealthAddr, "address of the gRPC health service: liveness, readiness and envoy.service.ext_proc.v3.ExternalProcessor (epp mode)")
+	fs.BoolVar(&o.EPPSecureServing, "epp-secure-serving", true, "serve ext_proc over TLS, as gateways expect of an endpoint picker: --tls-cert-file/--tls-key-file when set, else a self-signed certificate (epp mode)")
+	fs.IntVar(&o.EPPFallbacks, "epp-fallbacks", 2, "endpoints named after the primary, in the order the data plane tries them when the one before fails (epp mode)")
 	fs.StringVar(&o.AdminAddr, "admin-addr", ":8081", "address of /metrics, /healthz, /readyz and /version (\"\" disables it)")
 	fs.BoolVar(&o.MetricsAuth, "metrics-auth", true, "serve the admin listener over HTTPS and /metrics only to callers the apiserver authenticates and authorizes for GET /metrics")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis (host:port) for the global rate limits of ModelRoutes whose rateLimit.global names no Redis of its own")

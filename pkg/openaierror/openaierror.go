@@ -32,19 +32,40 @@ type detail struct {
 	Code    any     `json:"code"`
 }
 
-// Write answers with status and e as a JSON error body.
-func Write(w http.ResponseWriter, status int, e Error) {
+// Marshal is e as the JSON error body, newline-terminated: what Write sends, for answers that
+// are not written to an http.ResponseWriter (the endpoint picker's immediate responses to
+// Envoy).
+func Marshal(e Error) []byte {
 	d := detail{Message: e.Message, Type: e.Type, Code: e.Code}
 	if e.Param != "" {
 		d.Param = &e.Param
 	}
 	b, err := json.Marshal(body{Error: d})
 	if err != nil { // Code is a string or a number; nothing else is passed
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		b, _ = json.Marshal(body{Error: detail{Message: e.Message, Type: e.Type, Code: err.Error()}})
 	}
+	return append(b, '\n')
+}
+
+// Write answers with status and e as a JSON error body.
+func Write(w http.ResponseWriter, status int, e Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(Marshal(e))
+}
+
+// TypeFor is OpenAI's error type for an HTTP status, as berth-router answers.
+func TypeFor(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusMethodNotAllowed:
+		return "invalid_request_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusTooManyRequests:
+		return "rate_limit_exceeded"
+	case http.StatusGatewayTimeout:
+		return "timeout"
+	}
+	return "server_error"
 }

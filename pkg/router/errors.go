@@ -9,28 +9,13 @@ import (
 	"github.com/berth-sh/berth/pkg/router/request"
 )
 
-// OpenAI's error types by status.
-func errorType(status int) string {
-	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusMethodNotAllowed:
-		return "invalid_request_error"
-	case http.StatusNotFound:
-		return "not_found_error"
-	case http.StatusTooManyRequests:
-		return "rate_limit_exceeded"
-	case http.StatusGatewayTimeout:
-		return "timeout"
-	}
-	return "server_error"
-}
-
 // writeError answers with an OpenAI-style JSON error. code is OpenAI's string code (e.g.
 // "model_not_found"); empty uses the status.
 func writeError(w http.ResponseWriter, status int, code, param, message string) {
 	if code == "" {
 		code = strconv.Itoa(status)
 	}
-	openaierror.Write(w, status, openaierror.Error{Message: message, Type: errorType(status), Param: param, Code: code})
+	openaierror.Write(w, status, openaierror.Error{Message: message, Type: openaierror.TypeFor(status), Param: param, Code: code})
 }
 
 // writeErrorFor answers in the API the client spoke: Anthropic's error body on

@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -74,6 +73,7 @@ type failure struct {
 	status      int
 	code, param string
 	msg         string
+	retryAfter  int64 // seconds, for a 429
 }
 
 // resolve finds target t of a route in namespace ns in snap, ready to take a request of
@@ -84,18 +84,18 @@ func resolve(snap *view.Snapshot, ns string, t match.Target, k request.Kind) (ba
 		b.provider = snap.Provider(ns, t.Name)
 		switch {
 		case b.provider == nil:
-			return b, &failure{http.StatusServiceUnavailable, "provider_not_found", "", fmt.Sprintf("ExternalModelProvider %s/%s, which does not exist", ns, t.Name)}
+			return b, &failure{http.StatusServiceUnavailable, "provider_not_found", "", fmt.Sprintf("ExternalModelProvider %s/%s, which does not exist", ns, t.Name), 0}
 		case b.provider.Err != nil:
-			return b, &failure{http.StatusServiceUnavailable, "provider_not_ready", "", b.provider.Err.Error()}
+			return b, &failure{http.StatusServiceUnavailable, "provider_not_ready", "", b.provider.Err.Error(), 0}
 		case !provider.Speaks(b.provider.Type, k):
 			return b, &failure{http.StatusBadRequest, "unsupported_api", "", fmt.Sprintf("%s, which speaks the Anthropic Messages API (POST %s) only, not %s",
-				b.provider, request.MessagesPath, k.Path())}
+				b.provider, request.MessagesPath, k.Path()), 0}
 		}
 		return b, nil
 	}
 	b.server = snap.Server(ns, t.Name)
 	if b.server == nil {
-		return b, &failure{http.StatusServiceUnavailable, "model_server_not_found", "", fmt.Sprintf("ModelServer %s/%s, which does not exist", ns, t.Name)}
+		return b, &failure{http.StatusServiceUnavailable, "model_server_not_found", "", fmt.Sprintf("ModelServer %s/%s, which does not exist", ns, t.Name), 0}
 	}
 	return b, nil
 }
@@ -133,54 +133,15 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	snap := r.view.Snapshot()
-	serving := func(ns string, t match.Target) bool {
-		_, f := resolve(snap, ns, t, kind)
-		return f == nil && snap.Serving(ns, t)
-	}
-	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header, Serving: serving}, r.uniform)
-	if res.Route != nil {
-		x.route = res.Route.Namespace + "/" + res.Route.Name
-	}
-	x.asked, x.model = in.Model, metricModel(res.Route, in.Model)
-	switch {
-	case errors.Is(err, match.ErrNoRoute):
-		fail(http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("The model `%s` does not exist: no ModelRoute serves it.", in.Model))
-		return
-	case errors.Is(err, match.ErrNoRule):
-		fail(http.StatusNotFound, "route_not_found", "", err.Error())
-		return
-	case err != nil:
-		fail(http.StatusServiceUnavailable, "no_target", "", err.Error())
-		return
-	}
-	// The target is checked before the rate limit: a request nothing can serve spends no budget.
-	first, f := resolve(snap, res.Route.Namespace, res.Target, kind)
-	x.server, x.targetKind = res.Route.Namespace+"/"+res.Target.Name, res.Target.Kind
+	adm, f := r.admit(req.Context(), snap, in, req.URL.Path, req.Header, x)
 	if f != nil {
-		fail(f.status, f.code, f.param, fmt.Sprintf("ModelRoute %s rule %s sends to %s", x.route, res.RuleName, f.msg))
+		if f.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.FormatInt(f.retryAfter, 10))
+		}
+		fail(f.status, f.code, f.param, f.msg)
 		return
 	}
-	rl := res.Route.Spec.RateLimit
-	limits, err := ratelimit.LimitsFrom(rl)
-	if err != nil {
-		fail(http.StatusInternalServerError, "invalid_route", "", fmt.Sprintf("ModelRoute %s: rateLimit: %v", x.route, err))
-		return
-	}
-	var limiter ratelimit.Limiter
-	if !limits.Unlimited() {
-		limiter = r.limiterFor(rl)
-		d, err := limiter.Admit(req.Context(), x.route, limits, in.EstimatedInputTokens())
-		if err != nil {
-			r.metrics.limiterErrs.Inc()
-			r.log.Error(err, "rate limiter failed; letting the request through", "route", x.route)
-		}
-		if !d.Allowed {
-			r.metrics.rateLimited.WithLabelValues(x.route).Inc()
-			w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfterSeconds(), 10))
-			fail(http.StatusTooManyRequests, "rate_limit_exceeded", "", fmt.Sprintf("ModelRoute %s rate limit: %s", x.route, d.Reason))
-			return
-		}
-	}
+	res, first, limiter, limits := adm.res, adm.first, adm.limiter, adm.limits
 
 	ctx := req.Context()
 	if t := first.policy().Timeout; t > 0 {
@@ -209,6 +170,64 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		}
 		cancel()
 	}
+}
+
+// admission is a parsed request matched to a ModelRoute and a target that can take it,
+// let through by the route's rate limit: what the proxy and the endpoint picker both do
+// before they choose an endpoint.
+type admission struct {
+	res     match.Result
+	first   backend
+	limiter ratelimit.Limiter // nil when the route has no limit
+	limits  ratelimit.Limits
+}
+
+// admit matches in (sent to path with header) to a route and a target in snap and asks the
+// route's rate limit; it fills x's route, model and server as it learns them.
+func (r *Router) admit(ctx context.Context, snap *view.Snapshot, in *request.Request, path string, header http.Header, x *exchange) (admission, *failure) {
+	kind := in.Kind
+	serving := func(ns string, t match.Target) bool {
+		_, f := resolve(snap, ns, t, kind)
+		return f == nil && snap.Serving(ns, t)
+	}
+	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: path, Header: header, Serving: serving}, r.uniform)
+	if res.Route != nil {
+		x.route = res.Route.Namespace + "/" + res.Route.Name
+	}
+	x.asked, x.model = in.Model, metricModel(res.Route, in.Model)
+	switch {
+	case errors.Is(err, match.ErrNoRoute):
+		return admission{}, &failure{http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("The model `%s` does not exist: no ModelRoute serves it.", in.Model), 0}
+	case errors.Is(err, match.ErrNoRule):
+		return admission{}, &failure{http.StatusNotFound, "route_not_found", "", err.Error(), 0}
+	case err != nil:
+		return admission{}, &failure{http.StatusServiceUnavailable, "no_target", "", err.Error(), 0}
+	}
+	// The target is checked before the rate limit: a request nothing can serve spends no budget.
+	first, f := resolve(snap, res.Route.Namespace, res.Target, kind)
+	x.server, x.targetKind = res.Route.Namespace+"/"+res.Target.Name, res.Target.Kind
+	if f != nil {
+		f.msg = fmt.Sprintf("ModelRoute %s rule %s sends to %s", x.route, res.RuleName, f.msg)
+		return admission{}, f
+	}
+	a := admission{res: res, first: first}
+	rl := res.Route.Spec.RateLimit
+	if a.limits, err = ratelimit.LimitsFrom(rl); err != nil {
+		return admission{}, &failure{http.StatusInternalServerError, "invalid_route", "", fmt.Sprintf("ModelRoute %s: rateLimit: %v", x.route, err), 0}
+	}
+	if !a.limits.Unlimited() {
+		a.limiter = r.limiterFor(rl)
+		d, err := a.limiter.Admit(ctx, x.route, a.limits, in.EstimatedInputTokens())
+		if err != nil {
+			r.metrics.limiterErrs.Inc()
+			r.log.Error(err, "rate limiter failed; letting the request through", "route", x.route)
+		}
+		if !d.Allowed {
+			r.metrics.rateLimited.WithLabelValues(x.route).Inc()
+			return admission{}, &failure{http.StatusTooManyRequests, "rate_limit_exceeded", "", fmt.Sprintf("ModelRoute %s rate limit: %s", x.route, d.Reason), d.RetryAfterSeconds()}
+		}
+	}
+	return a, nil
 }
 
 func (r *Router) limiterFor(rl *networkingv1alpha1.RateLimit) ratelimit.Limiter {
@@ -521,18 +540,6 @@ func logRequest(log logr.Logger, x *exchange) {
 
 // serveModels lists the models the routes serve, in OpenAI's format.
 func (r *Router) serveModels(w http.ResponseWriter, _ *http.Request) {
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		OwnedBy string `json:"owned_by"`
-	}
-	out := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
-	for _, m := range r.view.Snapshot().Routes.Models() {
-		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "berth"})
-	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(out)
+	_, _ = w.Write(r.modelList())
 }

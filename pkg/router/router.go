@@ -30,10 +30,32 @@ import (
 	"github.com/berth-sh/berth/pkg/router/view"
 )
 
+// Modes of a Router.
+const (
+	// ModeProxy serves the OpenAI API and proxies each request to the endpoint it picks.
+	ModeProxy = "proxy"
+	// ModeEPP is an endpoint picker for Envoy: the Gateway API Inference Extension's
+	// Endpoint Picker Protocol over ext_proc (package epp). Envoy proxies; the router
+	// picks, with the same routes, scorers and rate limits.
+	ModeEPP = "epp"
+)
+
 // Options configure a Router. Zero values take the defaults in Defaults.
 type Options struct {
-	// Addr serves the OpenAI API ("127.0.0.1:0" picks a port).
+	// Mode is ModeProxy (the default) or ModeEPP.
+	Mode string
+	// Addr serves the OpenAI API in proxy mode ("127.0.0.1:0" picks a port).
 	Addr string
+	// EPPAddr serves ext_proc (gRPC) in epp mode; EPPHealthAddr serves grpc.health.v1
+	// there (liveness, readiness and the ext_proc service, as the protocol names them).
+	EPPAddr, EPPHealthAddr string
+	// EPPSecureServing serves ext_proc over TLS, as the Inference Extension's reference
+	// picker does by default and gateways expect: with TLSCertFile and TLSKeyFile when set,
+	// else a self-signed certificate made at start (the gateways skip verifying it).
+	EPPSecureServing bool
+	// EPPFallbacks is how many endpoints after the primary the picker names, in the order
+	// the data plane should try them when the one before fails.
+	EPPFallbacks int
 	// AdminAddr serves /metrics, /healthz, /readyz and /version ("" disables it; the API listener
 	// serves /healthz and /readyz too).
 	AdminAddr string
@@ -76,8 +98,17 @@ type Options struct {
 
 // Defaults fills in zero fields.
 func (o *Options) Defaults() {
+	if o.Mode == "" {
+		o.Mode = ModeProxy
+	}
 	if o.Addr == "" {
 		o.Addr = ":8080"
+	}
+	if o.EPPAddr == "" {
+		o.EPPAddr = ":9002"
+	}
+	if o.EPPHealthAddr == "" {
+		o.EPPHealthAddr = ":9003"
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = 16 << 20
@@ -122,6 +153,8 @@ type Router struct {
 	ready    chan struct{}
 	addr     atomic.Pointer[string]
 	admin    atomic.Pointer[string]
+	eppAddr  atomic.Pointer[string]
+	eppHAddr atomic.Pointer[string]
 }
 
 // New builds a router over the cluster cfg points at, once the apiserver has shown it
@@ -129,6 +162,12 @@ type Router struct {
 // *apicheck.MissingError naming those it does not.
 func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	o.Defaults()
+	if o.Mode != ModeProxy && o.Mode != ModeEPP {
+		return nil, fmt.Errorf("mode %q: use %q or %q", o.Mode, ModeProxy, ModeEPP)
+	}
+	if o.EPPFallbacks < 0 {
+		return nil, fmt.Errorf("epp fallbacks %d: must be 0 or more", o.EPPFallbacks)
+	}
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
 		return nil, errors.New("TLS needs both a certificate and a key file")
 	}
@@ -166,6 +205,22 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 // Addr is the API listener's address once Run has started it ("" before).
 func (r *Router) Addr() string {
 	if a := r.addr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// EPPAddr is the ext_proc listener's address once Run has started it in epp mode ("" before).
+func (r *Router) EPPAddr() string {
+	if a := r.eppAddr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// EPPHealthAddr is the gRPC health listener's address once started in epp mode.
+func (r *Router) EPPHealthAddr() string {
+	if a := r.eppHAddr.Load(); a != nil {
 		return *a
 	}
 	return ""
@@ -238,6 +293,15 @@ func (r *Router) Run(ctx context.Context) error {
 	})
 	viewErr := make(chan error, 1)
 	go func() { viewErr <- r.view.Run(viewCtx) }()
+	var picker *eppServers
+	if r.opts.Mode == ModeEPP {
+		// Health answers from the start (liveness), ready only once synced.
+		var err error
+		if picker, err = r.startEPPHealth(); err != nil {
+			return err
+		}
+		defer picker.stop(context.Background())
+	}
 	for !r.view.Synced() {
 		select {
 		case err := <-viewErr:
@@ -248,29 +312,40 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 	}
 
-	api := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: r.opts.ReadHeaderTimeout, IdleTimeout: r.opts.IdleTimeout,
-		MaxHeaderBytes: 1 << 20, ErrorLog: nil}
-	ln, err := net.Listen("tcp", r.opts.Addr)
-	if err != nil {
-		return err
-	}
-	addr := ln.Addr().String()
-	r.addr.Store(&addr)
-	servers := []*http.Server{api}
-	errc := make(chan error, 2)
-	go func() {
-		var err error
-		if r.opts.TLSCertFile != "" {
-			err = api.ServeTLS(ln, r.opts.TLSCertFile, r.opts.TLSKeyFile)
-		} else {
-			err = api.Serve(ln)
+	var servers []*http.Server
+	errc := make(chan error, 3)
+	var addr string
+	if picker != nil {
+		if err := r.serveEPP(picker, errc); err != nil {
+			return err
 		}
-		errc <- err
-	}()
+		addr = r.EPPAddr()
+	} else {
+		api := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: r.opts.ReadHeaderTimeout, IdleTimeout: r.opts.IdleTimeout,
+			MaxHeaderBytes: 1 << 20, ErrorLog: nil}
+		ln, err := net.Listen("tcp", r.opts.Addr)
+		if err != nil {
+			return err
+		}
+		addr = ln.Addr().String()
+		r.addr.Store(&addr)
+		servers = append(servers, api)
+		go func() {
+			var err error
+			if r.opts.TLSCertFile != "" {
+				err = api.ServeTLS(ln, r.opts.TLSCertFile, r.opts.TLSKeyFile)
+			} else {
+				err = api.Serve(ln)
+			}
+			errc <- err
+		}()
+	}
 	if r.opts.AdminAddr != "" {
 		admin, aln, err := r.adminServer()
 		if err != nil {
-			ln.Close()
+			for _, s := range servers {
+				_ = s.Close()
+			}
 			return err
 		}
 		a := aln.Addr().String()
@@ -278,7 +353,7 @@ func (r *Router) Run(ctx context.Context) error {
 		servers = append(servers, admin)
 		go func() { errc <- admin.Serve(aln) }()
 	}
-	r.log.Info("berth-router serving", "addr", addr, "admin", r.AdminAddr(), "tls", r.opts.TLSCertFile != "", "policy", r.opts.Policy, "scorers", r.picker.ScorerNames())
+	r.log.Info("berth-router serving", "mode", r.opts.Mode, "addr", addr, "admin", r.AdminAddr(), "tls", r.opts.TLSCertFile != "" || (picker != nil && r.opts.EPPSecureServing), "policy", r.opts.Policy, "scorers", r.picker.ScorerNames())
 	close(r.ready)
 
 	select {
@@ -293,6 +368,9 @@ func (r *Router) Run(ctx context.Context) error {
 	// Readiness goes false first so a load balancer stops sending, while requests that
 	// still come are served; then drain.
 	r.stopping.Store(true)
+	if picker != nil {
+		picker.health.SetReady(false)
+	}
 	if d := r.opts.ShutdownDelay; d > 0 {
 		r.log.Info("not ready; serving on while endpoints drop this replica", "delay", d)
 		select {
@@ -306,6 +384,9 @@ func (r *Router) Run(ctx context.Context) error {
 	r.log.Info("draining in-flight requests", "timeout", r.opts.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), r.opts.ShutdownTimeout)
 	defer cancel()
+	if picker != nil {
+		picker.stop(sctx)
+	}
 	for _, s := range servers {
 		if err := s.Shutdown(sctx); err != nil {
 			r.log.Info("requests still in flight at shutdown timeout were cut", "timeout", r.opts.ShutdownTimeout)

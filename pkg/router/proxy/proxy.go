@@ -457,3 +457,33 @@ func ReadAll(resp *http.Response) ([]byte, error) {
 	defer resp.Body.Close()
 	return io.ReadAll(io.LimitReader(bufio.NewReader(resp.Body), usageCap))
 }
+
+// Usage reads an answer's token usage from its body as the body passes by in pieces, the
+// way Relay does, for a caller that sees the bytes but does not relay them itself (the
+// endpoint picker, which Envoy shows the response body chunk by chunk).
+type Usage struct {
+	// Stream: the body is server-sent events (read line by line); otherwise one JSON
+	// document (kept up to usageCap).
+	Stream  bool
+	counter tokenCounter
+	kept    bytes.Buffer
+}
+
+// Feed reads the next piece of the body.
+func (u *Usage) Feed(p []byte) {
+	switch {
+	case u.Stream:
+		u.counter.feed(p)
+	case u.kept.Len() < usageCap:
+		u.kept.Write(p)
+	}
+}
+
+// Tokens are the input and output tokens the answer reported (see Relayed); for a stream
+// without usage, output is the number of chunks that carried text.
+func (u *Usage) Tokens() (in, out int64) {
+	if u.Stream {
+		return u.counter.tokens()
+	}
+	return usageOf(u.kept.Bytes())
+}

@@ -558,3 +558,40 @@ func TestChartSchedulerPriorityAdmittedAsOnGKE(t *testing.T) {
 	}
 	assert.NoError(t, c.Create(ctx, schedulerPod(objs, bare), client.DryRunAll))
 }
+
+// router.mode=epp runs berth-router as an endpoint picker: ext_proc and gRPC health instead
+// of the OpenAI API, gRPC probes on the health port, and a Service port an InferencePool's
+// endpointPickerRef can name; the apiserver accepts every object (server-side dry run).
+func TestChartRouterEPPMode(t *testing.T) {
+	values := map[string]any{"router": map[string]any{"mode": "epp", "epp": map[string]any{"port": 9100, "fallbacks": 1}}}
+	objs, err := renderChart(t, values, serverVersion(t))
+	require.NoError(t, err)
+	m := byKey(objs)
+	dep, svc := m["Deployment "+releaseNS+"/berth-router"], m["Service "+releaseNS+"/berth-router"]
+	require.NotNil(t, dep)
+	require.NotNil(t, svc)
+	cs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	c := cs[0].(map[string]any)
+	var args []string
+	for _, a := range c["args"].([]any) {
+		args = append(args, a.(string))
+	}
+	assert.Subset(t, args, []string{"--mode=epp", "--epp-addr=:9100", "--epp-health-addr=:9003", "--epp-fallbacks=1", "--epp-secure-serving=true", "--admin-addr=:8081"})
+	assert.NotContains(t, args, "--addr=:8080", "no OpenAI listener in epp mode")
+	readiness, _, _ := unstructured.NestedMap(c, "readinessProbe", "grpc")
+	assert.Equal(t, map[string]any{"port": int64(9003), "service": "readiness"}, readiness)
+	liveness, _, _ := unstructured.NestedMap(c, "livenessProbe", "grpc")
+	assert.Equal(t, map[string]any{"port": int64(9003), "service": "liveness"}, liveness)
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	require.Len(t, ports, 2)
+	assert.Equal(t, map[string]any{"name": "grpc-ext-proc", "port": int64(9100), "targetPort": "grpc", "appProtocol": "http2"}, ports[0])
+	// This apiserver already has the CRDs, from another install: as in
+	// TestChartBesideAnotherProject, the controller is told which objects are its own and
+	// the chart leaves the CRDs alone.
+	values["controller"] = map[string]any{"manage": "berth"}
+	values["crds"] = map[string]any{"kthena": false, "llmaz": false, "llmd": false}
+	require.NoError(t, installServerDryRun(t, values))
+
+	_, err = renderChart(t, map[string]any{"router": map[string]any{"mode": "gateway"}}, serverVersion(t))
+	require.Error(t, err, "the schema allows proxy and epp only")
+}
