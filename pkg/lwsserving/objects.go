@@ -83,21 +83,9 @@ const (
 )
 
 // Validate is what LWS's webhook would refuse (there is none without LWS's controller) and
-// what a ModelServing cannot express, each naming the field.
+// what a ModelServing cannot express, each naming the field. A template without containers
+// is said before the schedulers it names: an empty one names none.
 func Validate(l *lws.LeaderWorkerSet) *Problem {
-	if Claimed(l) == Mixed {
-		paths, templates := usedTemplates(l)
-		var names []string
-		for i, t := range templates {
-			name := t.Spec.SchedulerName
-			if name == "" {
-				name = corev1.DefaultSchedulerName
-			}
-			names = append(names, fmt.Sprintf("%s.spec.schedulerName is %s", paths[i], name))
-		}
-		return &Problem{ReasonSchedulerMismatch, strings.Join(names, ", ") +
-			": a group's pods are placed together by one scheduler; name " + workloadv1alpha1.BerthSchedulerName + " in both"}
-	}
 	spec := &l.Spec
 	if r := spec.Replicas; r != nil && *r < 0 {
 		return &Problem{ReasonInvalidSpec, fmt.Sprintf("spec.replicas: %d: must be 0 or more", *r)}
@@ -120,6 +108,19 @@ func Validate(l *lws.LeaderWorkerSet) *Problem {
 			what = "the leaders and workers are"
 		}
 		return &Problem{ReasonInvalidSpec, fmt.Sprintf("%s.spec.containers: required: %s made from it", paths[i], what)}
+	}
+	if Claimed(l) == Mixed {
+		paths, templates := usedTemplates(l)
+		var names []string
+		for i, t := range templates {
+			name := t.Spec.SchedulerName
+			if name == "" {
+				name = corev1.DefaultSchedulerName
+			}
+			names = append(names, fmt.Sprintf("%s.spec.schedulerName is %s", paths[i], name))
+		}
+		return &Problem{ReasonSchedulerMismatch, strings.Join(names, ", ") +
+			": a group's pods are placed together by one scheduler; name " + workloadv1alpha1.BerthSchedulerName + " in both"}
 	}
 	if n := len(spec.LeaderWorkerTemplate.VolumeClaimTemplates); n > 0 {
 		return &Problem{ReasonUnsupported, fmt.Sprintf("spec.leaderWorkerTemplate.volumeClaimTemplates: %d claim templates: Berth runs a LeaderWorkerSet as a ModelServing, which has no per-pod claims; mount existing PersistentVolumeClaims in the pod templates instead", n)}
