@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO ?= go
 CONTROLLER_GEN := $(GO) tool controller-gen
 # Generated files: make test fails when these differ from what the generators produce.
-GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manifests/crds -name '*.yaml') $(RBAC_GENERATED) $(CHART_FILES)
+GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manifests/crds -name '*.yaml' -o -name '*.json') $(RBAC_GENERATED) $(CHART_FILES)
 # What the Helm chart carries from manifests/ (charts/berth/files/), copied by make manifests
 # so that the chart and the kustomize base install the same CRDs, RBAC and BackendRuntimes.
 CHART_FILES = $(shell find charts/berth/files -type f 2>/dev/null)
@@ -54,9 +54,11 @@ generate:
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 
 ## manifests: CRDs from the kubebuilder markers, plus Volcano's PodGroup and HyperNode CRDs
-## generated from volcano.sh/apis and scheduler-plugins' PodGroup CRD generated from
-## sigs.k8s.io/scheduler-plugins (the same modules our code uses) for the test control plane;
-## berth-controller's RBAC roles from the +kubebuilder:rbac markers in pkg/.
+## generated from volcano.sh/apis, scheduler-plugins' PodGroup CRD generated from
+## sigs.k8s.io/scheduler-plugins and LeaderWorkerSet's CRD generated from sigs.k8s.io/lws
+## (the same modules our code uses; its pod templates' descriptions trimmed as ours are, and
+## written as compact JSON to stay small) for the test control plane; berth-controller's RBAC roles from the +kubebuilder:rbac markers
+## in pkg/.
 manifests:
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./pkg/apis/... output:crd:dir=manifests/crds
 	$(CONTROLLER_GEN) rbac:roleName=berth-controller,fileName=role.yaml paths=./pkg/... output:rbac:dir=manifests/controller
@@ -67,18 +69,22 @@ manifests:
 	rm -rf manifests/crds/scheduler-plugins
 	$(CONTROLLER_GEN) crd paths=sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1 output:crd:dir=manifests/crds/scheduler-plugins
 	rm -f manifests/crds/scheduler-plugins/scheduling.x-k8s.io_elasticquotas.yaml
+	rm -rf manifests/crds/lws
+	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=sigs.k8s.io/lws/api/leaderworkerset/v1 output:crd:dir=manifests/crds/lws
+	$(GO) run ./hack/crdtrim -json manifests/crds/lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml
 	$(MAKE) --no-print-directory chart-files
 
 ## chart-files: copy into charts/berth/files/ what the chart shares with the kustomize base
 ## (part of make manifests; never edit charts/berth/files/ by hand)
 CHART := charts/berth/files
 chart-files:
-	rm -rf $(CHART) && mkdir -p $(CHART)/crds/kthena $(CHART)/crds/llmaz $(CHART)/crds/llmd $(CHART)/crds/volcano $(CHART)/crds/scheduler-plugins $(CHART)/rbac $(CHART)/llmaz-backendruntimes
+	rm -rf $(CHART) && mkdir -p $(CHART)/crds/kthena $(CHART)/crds/llmaz $(CHART)/crds/llmd $(CHART)/crds/volcano $(CHART)/crds/scheduler-plugins $(CHART)/crds/lws $(CHART)/rbac $(CHART)/llmaz-backendruntimes
 	cp manifests/crds/workload.serving.volcano.sh_*.yaml manifests/crds/networking.serving.volcano.sh_*.yaml $(CHART)/crds/kthena/
 	cp manifests/crds/inference.llmaz.io_*.yaml manifests/crds/llmaz.io_*.yaml $(CHART)/crds/llmaz/
 	cp manifests/crds/llmd.ai_*.yaml $(CHART)/crds/llmd/
 	cp manifests/crds/volcano/*.yaml $(CHART)/crds/volcano/
 	cp manifests/crds/scheduler-plugins/*.yaml $(CHART)/crds/scheduler-plugins/
+	cp manifests/crds/lws/*.json $(CHART)/crds/lws/
 	cp manifests/scheduler/rbac.yaml $(CHART)/rbac/scheduler.yaml
 	cp manifests/controller/rbac.yaml $(CHART)/rbac/controller.yaml
 	cp manifests/controller/role.yaml $(CHART)/rbac/controller-role.yaml
@@ -92,7 +98,7 @@ chart-files:
 verify-generated:
 	@before=$$(sha256sum $(GENERATED) | sort); \
 	$(MAKE) --no-print-directory -s generate manifests >/dev/null; \
-	after=$$(sha256sum $$(find pkg/apis -name 'zz_generated.*.go') $$(find manifests/crds -name '*.yaml') $(RBAC_GENERATED) $$(find charts/berth/files -type f) | sort); \
+	after=$$(sha256sum $$(find pkg/apis -name 'zz_generated.*.go') $$(find manifests/crds -name '*.yaml' -o -name '*.json') $(RBAC_GENERATED) $$(find charts/berth/files -type f) | sort); \
 	if [ "$$before" != "$$after" ]; then \
 	  echo "generated files are stale; run 'make generate manifests' and commit the result:"; \
 	  diff <(echo "$$before") <(echo "$$after") | awk '/^[<>]/ {print "  " $$3}' | sort -u; exit 1; fi

@@ -17,6 +17,8 @@ import (
 // apiserver must serve before NewManager builds them. Every reconciler runs whatever --manage
 // says (it decides per object, not per kind), so every CRD is required, llmaz's and llm-d's
 // included: on a cluster that runs Kthena alone, install those from manifests/crds too.
+// Optional APIs are not listed: KEDA's ScaledObject and LeaderWorkerSet are asked for at
+// start (manager.go's serves) and their reconcilers run only when they are served.
 func requiredAPIs(o Options) []apicheck.API {
 	apis := slices.Concat(
 		// ModelServings, ModelBoosters, autoscaling policies and bindings (Kthena's kinds).

@@ -1,6 +1,7 @@
 // Package controller assembles berth-controller: a controller-runtime manager with the
 // ModelServing, ModelBooster, ModelRoute and ModelServer status, autoscaling (AutoscalingPolicyBinding and llm-d's
-// VariantAutoscaling) and llmaz reconcilers. cmd/controller, the sandbox and the tests start it through here.
+// VariantAutoscaling) and llmaz reconcilers, and the LeaderWorkerSet one when the apiserver serves LeaderWorkerSets.
+// cmd/controller, the sandbox and the tests start it through here.
 package controller
 
 import (
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	leaderworkerset "sigs.k8s.io/lws/api/leaderworkerset/v1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/berth-sh/berth/pkg/apicheck"
@@ -36,6 +38,7 @@ import (
 	"github.com/berth-sh/berth/pkg/autoscale/modelvariants"
 	"github.com/berth-sh/berth/pkg/autoscale/variantscaler"
 	"github.com/berth-sh/berth/pkg/llmazserving"
+	"github.com/berth-sh/berth/pkg/lwsserving"
 	"github.com/berth-sh/berth/pkg/modelbooster"
 	"github.com/berth-sh/berth/pkg/routestatus"
 	"github.com/berth-sh/berth/pkg/scope"
@@ -82,7 +85,7 @@ func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, workloadv1alpha1.AddToScheme, networkingv1alpha1.AddToScheme, volcanov1beta1.AddToScheme,
-		llmdv1alpha1.AddToScheme, llmazcorev1alpha1.AddToScheme, llmazinferencev1alpha1.AddToScheme,
+		llmdv1alpha1.AddToScheme, llmazcorev1alpha1.AddToScheme, llmazinferencev1alpha1.AddToScheme, leaderworkerset.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			panic(err)
@@ -176,7 +179,35 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := llmazserving.Setup(mgr, manage); err != nil {
 		return nil, err
 	}
+	if err := addLeaderWorkerSets(mgr, cfg); err != nil {
+		return nil, err
+	}
 	return mgr, nil
+}
+
+// addLeaderWorkerSets registers the LeaderWorkerSet reconciler when the apiserver serves
+// LeaderWorkerSets, as Kthena's controller does: their CRD is optional (crds.lws in the
+// chart, manifests/crds/lws), and watching a kind the apiserver does not serve would fail
+// the cache sync. It is asked once, at start: a CRD installed later is seen after a restart.
+// Whatever --manage says, only LeaderWorkerSets whose pod templates name berth-scheduler are
+// run (the rest are LWS's controller's).
+func addLeaderWorkerSets(mgr ctrl.Manager, cfg *rest.Config) error {
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("LeaderWorkerSet discovery: %w", err)
+	}
+	if !serves(disc, leaderworkerset.GroupVersion.WithKind("LeaderWorkerSet")) {
+		mgr.GetLogger().Info("LeaderWorkerSets are not served (no CRD leaderworkersets.leaderworkerset.x-k8s.io): LeaderWorkerSet take-over is off until a restart finds them")
+		return nil
+	}
+	if err := (&lwsserving.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("berth-lws"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("LeaderWorkerSet reconciler: %w", err)
+	}
+	return nil
 }
 
 // addAutoscaler registers the AutoscalingPolicy and AutoscalingPolicyBinding reconcilers.
@@ -226,7 +257,8 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.M
 	if variantSync <= 0 {
 		variantSync = 30 * time.Second
 	}
-	keda := servesScaledObjects(cached)
+	// KEDA is optional: asked once, at start; a KEDA installed later is seen after a restart.
+	keda := serves(cached, modelvariants.ScaledObjectGVK)
 	sizer := &modelvariants.Sizer{
 		Client: mgr.GetClient(), Scales: scales, Mapper: mgr.GetRESTMapper(), Scope: manage,
 		ScaledObjects: keda, PeakWindow: variantSync,
@@ -256,17 +288,15 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.M
 	return nil
 }
 
-// servesScaledObjects asks discovery once, at start, whether KEDA's ScaledObject kind is
-// served: KEDA is optional, and watching a kind the apiserver does not serve would fail
-// the cache sync. A KEDA installed later is seen after a restart.
-func servesScaledObjects(disc discovery.DiscoveryInterface) bool {
-	gv := modelvariants.ScaledObjectGVK.GroupVersion().String()
-	list, err := disc.ServerResourcesForGroupVersion(gv)
+// serves asks discovery whether the apiserver serves a kind, for the optional APIs (KEDA's
+// ScaledObject, LeaderWorkerSet): watching a kind it does not serve would fail the cache sync.
+func serves(disc discovery.DiscoveryInterface, gvk schema.GroupVersionKind) bool {
+	list, err := disc.ServerResourcesForGroupVersion(gvk.GroupVersion().String())
 	if err != nil {
 		return false
 	}
 	for _, r := range list.APIResources {
-		if r.Kind == modelvariants.ScaledObjectGVK.Kind {
+		if r.Kind == gvk.Kind {
 			return true
 		}
 	}

@@ -35,6 +35,20 @@ func TestLWSLabels(t *testing.T) {
 		"leaderworkerset.sigs.k8s.io/group-key": "e6f87e08676804f108eecda08ef87d605d9bee00",
 	}, p.Labels)
 
+	// LWS's exclusive placement, from the annotation the take-over puts on the templates.
+	p = pod("llama-2-server-0-1")
+	p.Annotations = map[string]string{"leaderworkerset.sigs.k8s.io/exclusive-topology": "network.berth.sh/leaf"}
+	require.NoError(t, chain.OnPodCreate(&Pod{ModelServing: ms, Group: 2, Role: "server", RoleID: "server-0", Worker: 1, Pod: p}))
+	require.NotNil(t, p.Spec.Affinity)
+	key := "e6f87e08676804f108eecda08ef87d605d9bee00"
+	assert.Equal(t, []corev1.PodAffinityTerm{{TopologyKey: "network.berth.sh/leaf", LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "leaderworkerset.sigs.k8s.io/group-key", Operator: metav1.LabelSelectorOpIn, Values: []string{key}}}}}},
+		p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, "the group together in one leaf")
+	assert.Equal(t, []corev1.PodAffinityTerm{{TopologyKey: "network.berth.sh/leaf", LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "leaderworkerset.sigs.k8s.io/group-key", Operator: metav1.LabelSelectorOpExists},
+		{Key: "leaderworkerset.sigs.k8s.io/group-key", Operator: metav1.LabelSelectorOpNotIn, Values: []string{key}}}}}},
+		p.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, "and no other group in that leaf")
+
 	ms.OwnerReferences = nil
 	p = pod("llama-2-server-0-0")
 	require.NoError(t, chain.OnPodCreate(&Pod{ModelServing: ms, Group: 2, Role: "server", RoleID: "server-0", Pod: p}))

@@ -363,9 +363,10 @@ func TestChartValues(t *testing.T) {
 	}
 	assert.True(t, crds["podgroups.scheduling.volcano.sh"] && crds["hypernodes.topology.volcano.sh"], "crds.volcano")
 	assert.True(t, crds["podgroups.scheduling.x-k8s.io"], "crds.schedulerPlugins")
+	assert.True(t, crds["leaderworkersets.leaderworkerset.x-k8s.io"], "crds.lws (its file is JSON)")
 	assert.True(t, crds["modelservings.workload.serving.volcano.sh"], "crds.kthena")
 	assert.False(t, crds["playgrounds.inference.llmaz.io"], "crds.llmaz false")
-	assert.Len(t, crds, 7+2+1+1, "Kthena's seven, Volcano's two, scheduler-plugins' and llm-d's")
+	assert.Len(t, crds, 7+2+1+1+1, "Kthena's seven, Volcano's two, scheduler-plugins', LWS's and llm-d's")
 
 	// ServiceMonitors and the dashboard.
 	for _, name := range []string{"berth-scheduler", "berth-controller", "berth-router"} {

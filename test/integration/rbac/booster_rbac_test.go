@@ -99,3 +99,19 @@ func TestShippedRBACCoversLlmaz(t *testing.T) {
 		{"events.k8s.io", "events", []string{"create", "patch"}},
 	})
 }
+
+// The LeaderWorkerSet reconciler's requests (pkg/lwsserving): LeaderWorkerSets read and their
+// status written, the ModelServing each becomes (created, updated, deleted when it stops
+// naming berth-scheduler) with an owner reference that blocks the LeaderWorkerSet's
+// deletion, and a read of the leader StatefulSet LWS's own controller would make.
+func TestShippedRBACCoversLeaderWorkerSet(t *testing.T) {
+	const lws = "leaderworkerset.x-k8s.io"
+	assertAllowed(t, []need{
+		{lws, "leaderworkersets", []string{"get", "list", "watch"}},
+		{lws, "leaderworkersets/status", []string{"update", "patch"}},
+		{lws, "leaderworkersets/finalizers", []string{"update"}},
+		{"workload.serving.volcano.sh", "modelservings", []string{"get", "list", "watch", "create", "update", "delete"}},
+		{"apps", "statefulsets", []string{"get"}},
+		{"events.k8s.io", "events", []string{"create", "patch"}},
+	})
+}
