@@ -56,6 +56,8 @@ generate:
 ## manifests: CRDs from the kubebuilder markers, plus Volcano's PodGroup and HyperNode CRDs
 ## generated from volcano.sh/apis and scheduler-plugins' PodGroup CRD generated from
 ## sigs.k8s.io/scheduler-plugins (the same modules our code uses) for the test control plane;
+## the Gateway API standard-channel and InferencePool CRDs copied (descriptions dropped) from
+## the sigs.k8s.io/gateway-api and gateway-api-inference-extension modules, for the same;
 ## berth-controller's RBAC roles from the +kubebuilder:rbac markers in pkg/.
 manifests:
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./pkg/apis/... output:crd:dir=manifests/crds
@@ -67,6 +69,12 @@ manifests:
 	rm -rf manifests/crds/scheduler-plugins
 	$(CONTROLLER_GEN) crd paths=sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1 output:crd:dir=manifests/crds/scheduler-plugins
 	rm -f manifests/crds/scheduler-plugins/scheduling.x-k8s.io_elasticquotas.yaml
+	rm -rf manifests/crds/gateway-api
+	gw=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)/config/crd/standard; \
+	gie=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api-inference-extension)/config/crd/bases; \
+	$(GO) run ./hack/crdcopy -out manifests/crds/gateway-api $$gw/gateway.networking.k8s.io_gatewayclasses.yaml \
+	  $$gw/gateway.networking.k8s.io_gateways.yaml $$gw/gateway.networking.k8s.io_httproutes.yaml \
+	  $$gw/gateway.networking.k8s.io_referencegrants.yaml $$gie/inference.networking.k8s.io_inferencepools.yaml
 	$(MAKE) --no-print-directory chart-files
 
 ## chart-files: copy into charts/berth/files/ what the chart shares with the kustomize base
