@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-sh/berth/pkg/router/gateway"
@@ -39,7 +40,11 @@ func (r *Router) enableGateway() error {
 			ReadHeaderTimeout: r.opts.ReadHeaderTimeout, IdleTimeout: r.opts.IdleTimeout, Log: log},
 		status: gateway.NewStatusWriter(c, r.view.Reader(), log),
 	}
-	r.view.EnableGateway(g.listeners.Sync, nil)
+	kube, err := kubernetes.NewForConfig(r.cfg)
+	if err != nil {
+		return err
+	}
+	r.view.EnableGateway(kube, g.listeners.Sync)
 	r.gateway = g
 	log.Info("serving the Gateway API", "controllerName", gateway.ControllerName)
 	return nil
@@ -91,17 +96,20 @@ func (r *Router) gatewayHandler(port int32) http.Handler {
 // scorers as a ModelServer's (for OpenAI requests the prompt's prefix counts too), and the
 // answer is relayed, streaming, with the response filters applied.
 func (r *Router) serveGateway(port int32, w http.ResponseWriter, req *http.Request) {
+	kind := request.KindOf(req.URL.Path)
+	snap := r.view.Snapshot()
+	routed, ok := snap.Gateway.Route(port, req)
+	if ok && routed.Listener.Models != nil && kind != "" && req.Method == http.MethodPost && r.servesModel(w, req, routed.Listener.Models) {
+		return
+	}
 	r.metrics.inflight.Inc()
 	defer r.metrics.inflight.Dec()
-	kind := request.KindOf(req.URL.Path)
 	x := &exchange{start: time.Now(), kind: kind}
 	defer r.finish(x)
 	fail := func(status int, code, msg string) {
 		x.status, x.reason = status, msg
 		writeError(w, status, code, "", msg)
 	}
-	snap := r.view.Snapshot()
-	routed, ok := snap.Gateway.Route(port, req)
 	if !ok {
 		fail(http.StatusNotFound, "not_found", fmt.Sprintf("no Gateway listener on port %d takes host %q", port, req.Host))
 		return
@@ -234,6 +242,29 @@ func (r *Router) serveGateway(port int32, w http.ResponseWriter, req *http.Reque
 	}
 }
 
+// servesModel answers req by the ModelRoutes bound to a listener when one of them serves the
+// model it names (they come before the listener's HTTPRoutes: they say which model they
+// serve, an HTTPRoute does not), and reports whether it did.
+func (r *Router) servesModel(w http.ResponseWriter, req *http.Request, models *match.Table) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		// serveModelRoutes reads the (now short) body again and answers as for its own port.
+		req.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{err}))
+		r.serveModelRoutes(w, req, models)
+		return true
+	}
+	in, err := request.Parse(request.KindOf(req.URL.Path), body)
+	if err != nil {
+		return false
+	}
+	if _, err := models.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header}, func(uint64) uint64 { return 0 }); errors.Is(err, match.ErrNoRoute) {
+		return false
+	}
+	r.serveModelRoutes(w, req, models)
+	return true
+}
+
 // hopByHop are the headers a proxy must not forward (RFC 9110 §7.6.1).
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
@@ -274,3 +305,8 @@ func drawBackend(bs []gateway.Backend, rnd func(n uint64) uint64) (gateway.Backe
 	}
 	return gateway.Backend{}, false
 }
+
+// errReader fails every read with err: a body already read up to a failure keeps failing.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }

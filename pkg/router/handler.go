@@ -101,6 +101,13 @@ func resolve(snap *view.Snapshot, ns string, t match.Target, k request.Kind) (ba
 }
 
 func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
+	r.serveModelRoutes(w, req, nil)
+}
+
+// serveModelRoutes answers an OpenAI or Anthropic request by the ModelRoutes of table: those
+// a Gateway listener serves (their parentRefs name its Gateway), or with table nil the
+// router's own (those without parentRefs).
+func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, table *match.Table) {
 	r.metrics.inflight.Inc()
 	defer r.metrics.inflight.Dec()
 	kind := request.KindOf(req.URL.Path)
@@ -137,7 +144,11 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		_, f := resolve(snap, ns, t, kind)
 		return f == nil && snap.Serving(ns, t)
 	}
-	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header, Serving: serving}, r.uniform)
+	routes := snap.Routes
+	if table != nil {
+		routes = table
+	}
+	res, err := routes.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header, Serving: serving}, r.uniform)
 	if res.Route != nil {
 		x.route = res.Route.Namespace + "/" + res.Route.Name
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -12,6 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	"github.com/berth-sh/berth/pkg/router/match"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
@@ -24,6 +28,9 @@ type Input struct {
 	Pools    []*infv1.InferencePool
 	Grants   []*gwv1.ReferenceGrant
 	Services map[types.NamespacedName]*corev1.Service
+	// ModelRoutes are those with spec.parentRefs: each is served on the listeners of the
+	// Gateways it names.
+	ModelRoutes []*networkingv1alpha1.ModelRoute
 	// PoolEndpoints is how many Ready endpoints an InferencePool has.
 	PoolEndpoints func(types.NamespacedName) int
 	// Certificate loads an HTTPS listener's certificate from a Secret (nil: HTTPS listeners
@@ -179,6 +186,8 @@ func Build(in Input) (*Config, *Status) {
 		st.Routes[rkey] = parents
 	}
 
+	attachModelRoutes(in.ModelRoutes, ours, byGateway)
+
 	for _, p := range in.Pools {
 		key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 		var parents []infv1.ParentStatus
@@ -256,6 +265,11 @@ func Build(in Input) (*Config, *Status) {
 		})
 		for _, l := range p.Listeners {
 			sortRules(l.Rules)
+			if len(l.modelRoutes) > 0 {
+				// Bad rules were reported when the route was compiled for the router's own
+				// port would have been; here the route is simply left out, as there.
+				l.Models, _ = match.NewTable(l.modelRoutes)
+			}
 		}
 	}
 	return cfg, st
@@ -363,12 +377,16 @@ func checkListener(gw *gwv1.Gateway, spec *gwv1.Listener, in Input) *listenerSta
 		}
 		if len(ar.Kinds) > 0 {
 			l.kindsOK = false
+			modelRoutes := false
 			for _, k := range ar.Kinds {
 				if k.Kind == "HTTPRoute" && (k.Group == nil || *k.Group == GatewayGroup) {
 					l.kindsOK = true
 				}
+				if k.Kind == ModelRouteKind && k.Group != nil && string(*k.Group) == networkingv1alpha1.SchemeGroupVersion.Group {
+					modelRoutes = true
+				}
 			}
-			if !l.kindsOK {
+			if !l.kindsOK && !modelRoutes {
 				l.refsOK, l.refsWhy, l.refsMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), "allowedRoutes.kinds: berth-router serves HTTPRoute only"
 			}
 		}
@@ -786,4 +804,45 @@ func sortedObjects[T metav1.Object](objs []T) []T {
 		return a.GetName() < b.GetName()
 	})
 	return out
+}
+
+// ModelRouteKind is how a listener's allowedRoutes.kinds admits ModelRoutes.
+const ModelRouteKind = "ModelRoute"
+
+// attachModelRoutes attaches every ModelRoute with parentRefs to the listeners of our
+// Gateways its parentRefs select, where the listener admits routes of its namespace (and,
+// when allowedRoutes.kinds is set, names ModelRoute).
+func attachModelRoutes(routes []*networkingv1alpha1.ModelRoute, ours map[types.NamespacedName]*gwv1.Gateway, byGateway map[types.NamespacedName][]*listenerState) {
+	for _, mr := range sortedObjects(routes) {
+		for _, ref := range mr.Spec.ParentRefs {
+			gkey, isGateway := parentGateway(mr.Namespace, ref)
+			if !isGateway || ours[gkey] == nil {
+				continue
+			}
+			for _, l := range byGateway[gkey] {
+				if (ref.SectionName != nil && *ref.SectionName != l.spec.Name) || (ref.Port != nil && *ref.Port != l.spec.Port) {
+					continue
+				}
+				if !l.accepted || !(l.fromAll || l.gw.Namespace == mr.Namespace) || !admitsModelRoutes(l.spec) {
+					continue
+				}
+				if !slices.Contains(l.served.modelRoutes, mr) {
+					l.served.modelRoutes = append(l.served.modelRoutes, mr)
+					l.attached++
+				}
+			}
+		}
+	}
+}
+
+func admitsModelRoutes(l *gwv1.Listener) bool {
+	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
+		return true
+	}
+	for _, k := range l.AllowedRoutes.Kinds {
+		if k.Kind == ModelRouteKind && k.Group != nil && string(*k.Group) == networkingv1alpha1.SchemeGroupVersion.Group {
+			return true
+		}
+	}
+	return false
 }

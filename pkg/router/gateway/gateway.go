@@ -20,6 +20,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	"github.com/berth-sh/berth/pkg/router/match"
 )
 
 // ControllerName is the GatewayClass spec.controllerName whose classes berth-router
@@ -196,8 +199,9 @@ type Listener struct {
 	Certificate *tls.Certificate
 	// Rules are the rules of every route attached to it, in the Gateway API's precedence.
 	Rules []*Rule
-	// ModelRoutes are the ModelRoutes whose parentRefs name this Gateway (and listener).
-	ModelRoutes []types.NamespacedName
+	// Models are the ModelRoutes whose parentRefs name this listener's Gateway (nil: none).
+	Models      *match.Table
+	modelRoutes []*networkingv1alpha1.ModelRoute
 }
 
 // Port is what one port of the router serves: the listeners on it, most specific hostname

@@ -3,6 +3,7 @@ package view
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"sort"
 	"strconv"
@@ -11,25 +12,42 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	"github.com/berth-sh/berth/pkg/router/credentials"
 	"github.com/berth-sh/berth/pkg/router/gateway"
 )
 
 // gatewaySource is what EnableGateway hands the view.
 type gatewaySource struct {
-	bind        func(map[int32]bool) map[int32]error
-	certificate func(types.NamespacedName) (*tls.Certificate, error)
+	bind  func(map[int32]bool) map[int32]error
+	certs *credentials.Store // the Secrets HTTPS listeners name
 }
 
 // EnableGateway makes the view read GatewayClasses, Gateways, HTTPRoutes, ReferenceGrants,
-// InferencePools, Services and EndpointSlices, and compile them (package gateway) into
-// every Snapshot. bind opens the Gateways' listener ports (see gateway.Input.Bind);
-// certificate loads an HTTPS listener's Secret (nil: none). Call before Run.
-func (v *View) EnableGateway(bind func(map[int32]bool) map[int32]error, certificate func(types.NamespacedName) (*tls.Certificate, error)) {
-	v.gw = &gatewaySource{bind: bind, certificate: certificate}
+// InferencePools, Services and EndpointSlices, and the Secrets HTTPS listeners name (one
+// watch each), and compile them (package gateway) into every Snapshot. bind opens the
+// Gateways' listener ports (see gateway.Input.Bind). Call before Run.
+func (v *View) EnableGateway(kube kubernetes.Interface, bind func(map[int32]bool) map[int32]error) {
+	v.gw = &gatewaySource{bind: bind, certs: credentials.NewCertificates(kube, v.log.WithName("certificates"), v.markStale)}
+}
+
+// certificate loads a kubernetes.io/tls Secret's tls.crt and tls.key. A rotated Secret is
+// read on the next rebuild, and new connections get it.
+func (g *gatewaySource) certificate(ref types.NamespacedName) (*tls.Certificate, error) {
+	data, err := g.certs.Data(ref)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		return nil, fmt.Errorf("%s and %s: %w", corev1.TLSCertKey, corev1.TLSPrivateKeyKey, err)
+	}
+	return &cert, nil
 }
 
 // Reader reads the view's informer cache (the StatusWriter compares with it).
@@ -40,7 +58,7 @@ func gatewayObjects() []client.Object {
 		&infv1.InferencePool{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}}
 }
 
-func (v *View) buildGateway(ctx context.Context, snap *Snapshot, podsIn func(string) ([]*corev1.Pod, error)) error {
+func (v *View) buildGateway(ctx context.Context, snap *Snapshot, podsIn func(string) ([]*corev1.Pod, error), modelRoutes []*networkingv1alpha1.ModelRoute) error {
 	var (
 		classes  gwv1.GatewayClassList
 		gateways gwv1.GatewayList
@@ -54,7 +72,12 @@ func (v *View) buildGateway(ctx context.Context, snap *Snapshot, podsIn func(str
 			return err
 		}
 	}
-	in := gateway.Input{Services: map[types.NamespacedName]*corev1.Service{}, Bind: v.gw.bind, Certificate: v.gw.certificate}
+	in := gateway.Input{Services: map[types.NamespacedName]*corev1.Service{}, Bind: v.gw.bind, Certificate: v.gw.certificate, ModelRoutes: modelRoutes}
+	var ours []*gwv1.Gateway
+	for i := range gateways.Items {
+		ours = append(ours, &gateways.Items[i])
+	}
+	v.gw.certs.Sync(gateway.CertificateRefs(ours))
 	for i := range classes.Items {
 		in.Classes = append(in.Classes, &classes.Items[i])
 	}

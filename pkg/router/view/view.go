@@ -284,6 +284,7 @@ func (v *View) Run(ctx context.Context) error {
 	}
 	if v.gw != nil {
 		objs = append(objs, gatewayObjects()...)
+		defer v.gw.certs.Stop()
 	}
 	for _, obj := range objs {
 		inf, err := v.cache.GetInformer(ctx, obj)
@@ -373,11 +374,18 @@ func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ er
 			snap.Providers[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = ResolveProvider(p, v.creds.Get)
 		}
 	}
-	ptrs := make([]*networkingv1alpha1.ModelRoute, len(routes.Items))
+	// A route with parentRefs is served on its Gateways' listeners only (buildGateway).
+	ptrs := make([]*networkingv1alpha1.ModelRoute, 0, len(routes.Items))
 	keys := make([]string, len(routes.Items))
+	var bound []*networkingv1alpha1.ModelRoute
 	for i := range routes.Items {
-		ptrs[i] = &routes.Items[i]
-		keys[i] = ptrs[i].Namespace + "/" + ptrs[i].Name + "@" + ptrs[i].ResourceVersion
+		mr := &routes.Items[i]
+		keys[i] = mr.Namespace + "/" + mr.Name + "@" + mr.ResourceVersion
+		if len(mr.Spec.ParentRefs) > 0 {
+			bound = append(bound, mr)
+			continue
+		}
+		ptrs = append(ptrs, mr)
 	}
 	sort.Strings(keys)
 	if key := strings.Join(keys, ","); key != v.routesKey || !v.synced.Load() {
@@ -403,7 +411,7 @@ func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ er
 	}
 	snap.Gateway, snap.Backends = gateway.Empty(), map[gateway.BackendKey]*Server{}
 	if v.gw != nil {
-		if err := v.buildGateway(ctx, snap, podsIn); err != nil {
+		if err := v.buildGateway(ctx, snap, podsIn, bound); err != nil {
 			return nil, false, err
 		}
 	}

@@ -2,6 +2,14 @@ package router
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +24,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -162,12 +171,14 @@ func (w *world) routeConds(route string) func() []metav1.Condition {
 	}
 }
 
-func (w *world) poolConds(pool string) func() []metav1.Condition {
+func (w *world) poolConds(pool string) func() []metav1.Condition { return w.poolConds2(pool, "gw") }
+
+func (w *world) poolConds2(pool, gw string) func() []metav1.Condition {
 	return func() []metav1.Condition {
 		var p infv1.InferencePool
 		_ = gatewayClient(w.t).Get(w.ctx, types.NamespacedName{Namespace: w.ns, Name: pool}, &p)
 		for _, ps := range p.Status.Parents {
-			if string(ps.ControllerName) == string(gateway.ControllerName) && ps.ParentRef.Name == "gw" {
+			if string(ps.ControllerName) == string(gateway.ControllerName) && string(ps.ParentRef.Name) == gw {
 				return ps.Conditions
 			}
 		}
@@ -369,4 +380,133 @@ spec:
 	for _, r := range routers {
 		assert.NotEmpty(t, r.Addr(), "the routers kept serving")
 	}
+}
+
+// A ModelRoute with parentRefs is served on its Gateway's listeners only; one without keeps
+// being served on the router's own port.
+func TestModelRouteParentRefs(t *testing.T) {
+	w, port := gatewayWorld(t, 1)
+	w.pod("bound-0", map[string]string{"app": "bound"})
+	w.apply(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelServer
+metadata: {name: bound}
+spec:
+  model: base-model
+  inferenceEngine: vLLM
+  workloadSelector: {matchLabels: {app: bound}}`, `
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: bound}
+spec:
+  modelName: bound-model
+  parentRefs: [{name: gw, sectionName: http}]
+  rules:
+  - targetModels: [{modelServerName: bound}]`, `
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: plain}
+spec:
+  modelName: plain-model
+  rules:
+  - targetModels: [{modelServerName: bound}]`)
+	w.waitEndpoints("bound", 1)
+	w.waitGatewayCondition("listener http", w.listenerConds("gw", "http"), "Programmed", metav1.ConditionTrue, "Programmed")
+	w.eventually("the ModelRoute is attached to the listener", 30*time.Second, func() bool {
+		ls := w.gatewayStatus("gw").Status.Listeners
+		return len(ls) == 1 && ls[0].AttachedRoutes == 1
+	})
+
+	gw := openai.NewClient(option.WithBaseURL(fmt.Sprintf("http://%s:%d/v1", gatewayHost(1), port)), option.WithAPIKey("test"), option.WithMaxRetries(0))
+	_, resp, err := chat(w.ctx, gw, "bound-model", "through the gateway")
+	require.NoError(t, err, "the bound ModelRoute serves on its Gateway")
+	assert.Equal(t, w.ns+"/bound-0", resp.Header.Get("X-Berth-Endpoint"))
+
+	_, _, err = chat(w.ctx, client_(0), "bound-model", "through the router's port")
+	var apiErr *openai.Error
+	require.ErrorAs(t, err, &apiErr, "a route with parentRefs is not served on the router's own port")
+	assert.Equal(t, http.StatusNotFound, apiErr.StatusCode)
+
+	_, _, err = chat(w.ctx, client_(1), "plain-model", "through the router's port")
+	require.NoError(t, err, "a ModelRoute without parentRefs is served as before")
+	_, _, err = chat(w.ctx, gw, "plain-model", "through the gateway")
+	require.ErrorAs(t, err, &apiErr, "nor is it served on a Gateway it does not name")
+	assert.Equal(t, http.StatusNotFound, apiErr.StatusCode)
+}
+
+// gatewayCert is a certificate for host with the given serial number, as a kubernetes.io/tls
+// Secret's data.
+func gatewayCert(t *testing.T, host string, serial int64) map[string][]byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kb, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	return map[string][]byte{
+		corev1.TLSCertKey:       pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		corev1.TLSPrivateKeyKey: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}),
+	}
+}
+
+// An HTTPS listener terminates TLS with its Secret's certificate, and a rotated Secret is
+// used for the next connection without a restart.
+func TestGatewayHTTPSCertificateRotation(t *testing.T) {
+	w, _ := gatewayWorld(t, 1)
+	w.pod("tls-0", poolPod("gw-tls"))
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "llm-cert", Namespace: w.ns}, Type: corev1.SecretTypeTLS,
+		Data: gatewayCert(t, "llm.example.com", 1)}
+	require.NoError(t, cl.Create(w.ctx, secret))
+	port := freePort(t)
+	w.applyAny(pool("tls", "gw-tls"), fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: secure}
+spec:
+  gatewayClassName: berth-%s
+  listeners:
+  - name: https
+    protocol: HTTPS
+    port: %d
+    tls: {mode: Terminate, certificateRefs: [{name: llm-cert}]}
+  - name: bad-cert
+    protocol: HTTPS
+    port: %d
+    tls: {certificateRefs: [{name: no-such-secret}]}`, w.ns, port, freePort(t)), `
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: secure}
+spec:
+  parentRefs: [{name: secure, sectionName: https}]
+  rules:
+  - backendRefs: [{group: inference.networking.k8s.io, kind: InferencePool, name: tls}]
+`)
+	w.waitGatewayCondition("listener https", w.listenerConds("secure", "https"), "Programmed", metav1.ConditionTrue, "Programmed")
+	c := w.waitGatewayCondition("listener bad-cert", w.listenerConds("secure", "bad-cert"), "ResolvedRefs", metav1.ConditionFalse, "InvalidCertificateRef")
+	assert.Contains(t, c.Message, "no-such-secret")
+	w.waitGatewayCondition("InferencePool tls", w.poolConds2("tls", "secure"), gateway.PoolConditionReady, metav1.ConditionTrue, gateway.PoolReasonEndpointsReady)
+
+	serial := func() int64 {
+		conn, err := tls.Dial("tcp", fmt.Sprintf("%s:%d", gatewayHost(0), port), &tls.Config{ServerName: "llm.example.com", InsecureSkipVerify: true})
+		if err != nil {
+			return 0
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	w.eventually("the listener serves the Secret's certificate", 30*time.Second, func() bool { return serial() == 1 })
+
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	c2 := openai.NewClient(option.WithBaseURL(fmt.Sprintf("https://%s:%d/v1", gatewayHost(0), port)), option.WithAPIKey("test"),
+		option.WithMaxRetries(0), option.WithHTTPClient(hc))
+	_, resp, err := chat(w.ctx, c2, "base-model", "over https")
+	require.NoError(t, err, "a chat completion through the HTTPS listener")
+	assert.Equal(t, w.ns+"/tls-0", resp.Header.Get("X-Berth-Endpoint"))
+
+	secret.Data = gatewayCert(t, "llm.example.com", 2)
+	require.NoError(t, cl.Update(w.ctx, secret))
+	w.eventually("a new connection gets the rotated certificate", 30*time.Second, func() bool { return serial() == 2 })
 }
