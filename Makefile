@@ -57,8 +57,10 @@ generate:
 ## generated from volcano.sh/apis, scheduler-plugins' PodGroup CRD generated from
 ## sigs.k8s.io/scheduler-plugins and LeaderWorkerSet's CRD generated from sigs.k8s.io/lws
 ## (the same modules our code uses; its pod templates' descriptions trimmed as ours are, and
-## written as compact JSON to stay small) for the test control plane; berth-controller's RBAC roles from the +kubebuilder:rbac markers
-## in pkg/.
+## written as compact JSON to stay small) for the test control plane; the Gateway API
+## standard-channel and InferencePool CRDs copied (descriptions dropped) from the
+## sigs.k8s.io/gateway-api and gateway-api-inference-extension modules, for the same;
+## berth-controller's RBAC roles from the +kubebuilder:rbac markers in pkg/.
 manifests:
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./pkg/apis/... output:crd:dir=manifests/crds
 	$(CONTROLLER_GEN) rbac:roleName=berth-controller,fileName=role.yaml paths=./pkg/... output:rbac:dir=manifests/controller
@@ -72,6 +74,12 @@ manifests:
 	rm -rf manifests/crds/lws
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=sigs.k8s.io/lws/api/leaderworkerset/v1 output:crd:dir=manifests/crds/lws
 	$(GO) run ./hack/crdtrim -json manifests/crds/lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml
+	rm -rf manifests/crds/gateway-api
+	gw=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)/config/crd/standard; \
+	gie=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api-inference-extension)/config/crd/bases; \
+	$(GO) run ./hack/crdcopy -out manifests/crds/gateway-api $$gw/gateway.networking.k8s.io_gatewayclasses.yaml \
+	  $$gw/gateway.networking.k8s.io_gateways.yaml $$gw/gateway.networking.k8s.io_httproutes.yaml \
+	  $$gw/gateway.networking.k8s.io_referencegrants.yaml $$gie/inference.networking.k8s.io_inferencepools.yaml
 	$(MAKE) --no-print-directory chart-files
 
 ## chart-files: copy into charts/berth/files/ what the chart shares with the kustomize base

@@ -204,8 +204,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		// controller names again.
 		Controller: &controller.Options{InProcessRestart: true,
 			AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod},
-		Kubelet:      &inprocess.KubeletOptions{PodStartDelay: o.PodStartDelay, Engines: &sim.EngineOptions{TimeScale: o.EngineTimeScale}, Client: kube},
-		Routers:      []router.Options{{Addr: routerAddr, ShutdownTimeout: 2 * time.Second}},
+		Kubelet: &inprocess.KubeletOptions{PodStartDelay: o.PodStartDelay, Engines: &sim.EngineOptions{TimeScale: o.EngineTimeScale}, Client: kube},
+		// Gateway listener ports open on the router's own host.
+		Routers:      []router.Options{{Addr: routerAddr, ShutdownTimeout: 2 * time.Second, GatewayHost: hostOf(routerAddr)}},
 		RouterLogger: func(int) logr.Logger { return routerLogger() },
 		// Building the first router's view waits for the informers' first lists.
 		RouterReadyTimeout: o.Timeout,
@@ -245,6 +246,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 
 	onAvailable := func() error {
 		if err := probeRoutes(ctx, cl, routerURL, out); err != nil {
+			return err
+		}
+		if err := probeGateways(ctx, cfg, rt, out); err != nil {
 			return err
 		}
 		if err := reportVariants(ctx, cl, o.VariantSyncPeriod, out); err != nil || o.Load.Concurrency <= 0 {

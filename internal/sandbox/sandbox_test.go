@@ -69,6 +69,10 @@ func TestExamples(t *testing.T) {
 		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(model)+` +200 in .* from default/`, out.String())
 	}
 
+	// The Gateway example answered through its listener, from the InferencePool's engines.
+	assert.Contains(t, out.String(), "berth-router serves Gateway default/inference listener http at http://127.0.0.1:18081")
+	assert.Regexp(t, `(?m)^  deepseek-ai/DeepSeek-R1 +200 in .* from default/deepseek-r1-tp-`, out.String())
+
 	// The VariantAutoscaling example was sized: one H100 replica for an idle model.
 	assert.Regexp(t, `(?m)^  default/llama-3-1-8b-premium  meta-llama/Llama-3.1-8B-Instruct: 1 × H100 now \(cost 65.00, [0-9.]+ req/min\), optimized 1 × H100, applied true$`, out.String())
 

@@ -45,7 +45,10 @@ var (
 	Volcano = &Provider{Install: "install Volcano, or kubectl apply --server-side -f manifests/crds/volcano/"}
 	// Kthena's, llmaz's and llm-d's kinds, in the versions Berth serves them (manifests/crds).
 	// On a cluster with another project's CRDs of these kinds, apply only the missing ones.
-	Berth = &Provider{Install: "install from manifests/crds: kubectl apply --server-side -f manifests/crds/<group>_<resource>.yaml, or -k manifests/crds for all of Berth's"}
+	// The Gateway API's standard channel (GatewayClass, Gateway, HTTPRoute, ReferenceGrant) and
+	// the Inference Extension's InferencePool, which berth-router serves as a gateway.
+	GatewayAPI = &Provider{Install: "install the Gateway API standard channel and the Inference Extension's InferencePool CRD, or kubectl apply --server-side -f manifests/crds/gateway-api/"}
+	Berth      = &Provider{Install: "install from manifests/crds: kubectl apply --server-side -f manifests/crds/<group>_<resource>.yaml, or -k manifests/crds for all of Berth's"}
 )
 
 // Builtin lists resources of a group version that Kubernetes serves from release since on

@@ -3,6 +3,8 @@ package router
 import (
 	"github.com/berth-sh/berth/pkg/apicheck"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // requiredAPIs are the APIs the router reads (package view's informers) and, with
@@ -22,4 +24,15 @@ func requiredAPIs(o Options) []apicheck.API {
 func providerAPIs() []apicheck.API {
 	return append(apicheck.CRDs(apicheck.Berth, networkingv1alpha1.SchemeGroupVersion.String(), "externalmodelproviders"),
 		apicheck.Builtin("", "v1", "secrets")...)
+}
+
+// gatewayAPIs are what the router reads, and writes the status of, when it serves as a
+// Gateway API implementation (package gateway), and the Services and EndpointSlices of the
+// Service backends its HTTPRoutes name.
+func gatewayAPIs() []apicheck.API {
+	return append(append(append(
+		apicheck.CRDs(apicheck.GatewayAPI, gwv1.GroupVersion.String(), "gatewayclasses", "gateways", "httproutes", "referencegrants"),
+		apicheck.CRDs(apicheck.GatewayAPI, infv1.GroupVersion.String(), "inferencepools")...),
+		apicheck.Builtin("", "v1", "services")...),
+		apicheck.Builtin("", "discovery.k8s.io/v1", "endpointslices")...)
 }

@@ -69,7 +69,7 @@ func (c *routeChooser) Choose(ctx context.Context, q *epp.Query) (*epp.Choice, *
 		return nil, &epp.Refusal{Status: http.StatusBadRequest, Code: "invalid_request", Param: perr.Param, Message: perr.Message}
 	}
 	x := &exchange{start: time.Now(), kind: kind}
-	adm, f := r.admit(ctx, r.view.Snapshot(), in, q.Path, q.Header, x)
+	adm, f := r.admit(ctx, r.view.Snapshot(), nil, in, q.Path, q.Header, x)
 	if f != nil {
 		return nil, refusal(f)
 	}

@@ -101,6 +101,13 @@ func resolve(snap *view.Snapshot, ns string, t match.Target, k request.Kind) (ba
 }
 
 func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
+	r.serveModelRoutes(w, req, nil)
+}
+
+// serveModelRoutes answers an OpenAI or Anthropic request by the ModelRoutes of table: those
+// a Gateway listener serves (their parentRefs name its Gateway), or with table nil the
+// router's own (those without parentRefs).
+func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, table *match.Table) {
 	r.metrics.inflight.Inc()
 	defer r.metrics.inflight.Dec()
 	kind := request.KindOf(req.URL.Path)
@@ -133,7 +140,7 @@ func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	snap := r.view.Snapshot()
-	adm, f := r.admit(req.Context(), snap, in, req.URL.Path, req.Header, x)
+	adm, f := r.admit(req.Context(), snap, table, in, req.URL.Path, req.Header, x)
 	if f != nil {
 		if f.retryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.FormatInt(f.retryAfter, 10))
@@ -182,15 +189,20 @@ type admission struct {
 	limits  ratelimit.Limits
 }
 
-// admit matches in (sent to path with header) to a route and a target in snap and asks the
+// admit matches in (sent to path with header) to a route of table (nil: the router's own
+// ModelRoutes, those without parentRefs) and a target in snap, and asks the
 // route's rate limit; it fills x's route, model and server as it learns them.
-func (r *Router) admit(ctx context.Context, snap *view.Snapshot, in *request.Request, path string, header http.Header, x *exchange) (admission, *failure) {
+func (r *Router) admit(ctx context.Context, snap *view.Snapshot, table *match.Table, in *request.Request, path string, header http.Header, x *exchange) (admission, *failure) {
 	kind := in.Kind
 	serving := func(ns string, t match.Target) bool {
 		_, f := resolve(snap, ns, t, kind)
 		return f == nil && snap.Serving(ns, t)
 	}
-	res, err := snap.Routes.Match(match.Input{Model: in.Model, Path: path, Header: header, Serving: serving}, r.uniform)
+	routes := snap.Routes
+	if table != nil { // a Gateway listener's ModelRoutes
+		routes = table
+	}
+	res, err := routes.Match(match.Input{Model: in.Model, Path: path, Header: header, Serving: serving}, r.uniform)
 	if res.Route != nil {
 		x.route = res.Route.Namespace + "/" + res.Route.Name
 	}

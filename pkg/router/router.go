@@ -94,6 +94,12 @@ type Options struct {
 	RedisAddr string
 	// UpstreamTLS is used for ModelServers whose workloadPort protocol is https.
 	UpstreamTLS *tls.Config
+	// DisableGateway keeps the router from serving the Gateway API (GatewayClasses naming
+	// gateway.ControllerName, their Gateways, HTTPRoutes and InferencePools) even where the
+	// apiserver serves those kinds.
+	DisableGateway bool
+	// GatewayHost is the address Gateway listener ports are opened on ("" every interface).
+	GatewayHost string
 }
 
 // Defaults fills in zero fields.
@@ -148,6 +154,8 @@ type Router struct {
 	local   *ratelimit.Local
 	redis   *ratelimit.Clients
 	metrics *metrics
+	// gateway is nil unless the router serves the Gateway API (gateway.go).
+	gateway *gatewayServing
 
 	stopping atomic.Bool
 	ready    chan struct{}
@@ -199,6 +207,13 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 		ready:   make(chan struct{}),
 	}
 	r.scraper.OwnLoad = picker.InFlight
+	if !o.DisableGateway {
+		if err := apicheck.Check(cfg, "berth-router", gatewayAPIs()); err != nil {
+			log.Info("not serving the Gateway API: the apiserver does not serve its kinds", "missing", err.Error())
+		} else if err := r.enableGateway(); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -291,6 +306,9 @@ func (r *Router) Run(ctx context.Context) error {
 		// A pod's series go with it, or /metrics grows with every pod that ever served.
 		r.metrics.forgetPods(pods)
 	})
+	if r.gateway != nil {
+		r.runGateway(viewCtx)
+	}
 	viewErr := make(chan error, 1)
 	go func() { viewErr <- r.view.Run(viewCtx) }()
 	var picker *eppServers
@@ -386,6 +404,9 @@ func (r *Router) Run(ctx context.Context) error {
 	defer cancel()
 	if picker != nil {
 		picker.stop(sctx)
+	}
+	if r.gateway != nil {
+		r.gateway.listeners.Shutdown(sctx)
 	}
 	for _, s := range servers {
 		if err := s.Shutdown(sctx); err != nil {

@@ -30,6 +30,8 @@ type Store struct {
 	kube     kubernetes.Interface
 	log      logr.Logger
 	onChange func()
+	// label is the label selector a watched Secret must match ("" none: NewCertificates).
+	label string
 
 	mu      sync.Mutex
 	watches map[types.NamespacedName]*secretWatch
@@ -43,7 +45,33 @@ type secretWatch struct {
 // New returns a store reading Secrets through kube; onChange is called (from an informer
 // goroutine) whenever a watched Secret is added, changed or deleted.
 func New(kube kubernetes.Interface, log logr.Logger, onChange func()) *Store {
+	return &Store{kube: kube, log: log, onChange: onChange, watches: map[types.NamespacedName]*secretWatch{},
+		label: networkingv1alpha1.ExternalModelProviderCredentialLabel + "=true"}
+}
+
+// NewCertificates returns a store for the TLS Secrets Gateway listeners name
+// (tls.certificateRefs): the Gateway API sets no label on them, so any Secret a Gateway names
+// is watched, still one watch per Secret. Read them with Data.
+func NewCertificates(kube kubernetes.Interface, log logr.Logger, onChange func()) *Store {
 	return &Store{kube: kube, log: log, onChange: onChange, watches: map[types.NamespacedName]*secretWatch{}}
+}
+
+// Data returns the data of the watched Secret ref.
+func (s *Store) Data(ref types.NamespacedName) (map[string][]byte, error) {
+	s.mu.Lock()
+	w := s.watches[ref]
+	s.mu.Unlock()
+	switch {
+	case w == nil:
+		return nil, fmt.Errorf("Secret %s is not watched", ref)
+	case !w.informer.HasSynced():
+		return nil, fmt.Errorf("Secret %s is not loaded yet", ref)
+	}
+	obj, ok, _ := w.informer.GetStore().GetByKey(ref.Namespace + "/" + ref.Name)
+	if !ok {
+		return nil, fmt.Errorf("Secret %s not found", ref)
+	}
+	return obj.(*corev1.Secret).Data, nil
 }
 
 // Sync watches exactly the Secrets in refs: it starts a watch for each new one and stops
@@ -88,7 +116,7 @@ func (s *Store) Sync(refs map[types.NamespacedName]bool) {
 func (s *Store) informer(ref types.NamespacedName) toolscache.SharedIndexInformer {
 	tweak := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ref.Name).String()
-		o.LabelSelector = networkingv1alpha1.ExternalModelProviderCredentialLabel + "=true"
+		o.LabelSelector = s.label
 	}
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {

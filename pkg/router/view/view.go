@@ -28,9 +28,12 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	"github.com/berth-sh/berth/pkg/router/credentials"
+	"github.com/berth-sh/berth/pkg/router/gateway"
 	"github.com/berth-sh/berth/pkg/router/match"
 )
 
@@ -90,8 +93,11 @@ func policyOf(tp *networkingv1alpha1.TrafficPolicy) Policy {
 	return p
 }
 
-// Server is a ModelServer resolved to its endpoints.
+// Server is a ModelServer resolved to its endpoints; an InferencePool or a Service port a
+// Gateway API route sends to is one too (Kind says which), picked from the same way.
 type Server struct {
+	// Kind is "" for a ModelServer, else InferencePool or Service.
+	Kind            string
 	Namespace, Name string
 	Engine          networkingv1alpha1.InferenceEngine
 	// Model is spec.model: the name the engines serve, written into requests ("" keeps the
@@ -142,6 +148,18 @@ type Snapshot struct {
 	Providers   map[types.NamespacedName]*Provider
 	// Endpoints is every endpoint of every server, by address.
 	Endpoints map[string]*Endpoint
+
+	// Gateway is what the Gateway API objects compile to (empty without them), Backends
+	// the InferencePools and Service ports their routes send to, GatewayStatus the
+	// conditions they get (nil without them).
+	Gateway       *gateway.Config
+	Backends      map[gateway.BackendKey]*Server
+	GatewayStatus *gateway.Status
+}
+
+// Backend returns the endpoints of a route's backend, or nil.
+func (s *Snapshot) Backend(b gateway.Backend) *Server {
+	return s.Backends[b.Key()]
 }
 
 // Server returns the named ModelServer, or nil.
@@ -186,6 +204,8 @@ type View struct {
 	// table was compiled from. Pod events are by far the most frequent; they reuse the
 	// table instead of compiling every rule's regexes again. Used by the Run goroutine only.
 	routesKey string
+	// gw is set by EnableGateway: the view then reads the Gateway API objects too.
+	gw *gatewaySource
 }
 
 // Scheme knows the kinds the view reads.
@@ -195,6 +215,12 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	if err := networkingv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := gwv1.Install(s); err != nil {
+		panic(err)
+	}
+	if err := infv1.Install(s); err != nil {
 		panic(err)
 	}
 	return s
@@ -221,7 +247,8 @@ func New(cfg *rest.Config, providers bool, log logr.Logger) (*View, error) {
 		v.creds = credentials.New(kube, log.WithName("credentials"), v.markStale)
 	}
 	v.current.Store(&Snapshot{Routes: mustTable(nil), Servers: map[types.NamespacedName]*Server{},
-		Providers: map[types.NamespacedName]*Provider{}, Endpoints: map[string]*Endpoint{}})
+		Providers: map[types.NamespacedName]*Provider{}, Endpoints: map[string]*Endpoint{},
+		Gateway: gateway.Empty(), Backends: map[gateway.BackendKey]*Server{}})
 	return v, nil
 }
 
@@ -254,6 +281,10 @@ func (v *View) Run(ctx context.Context) error {
 	if v.providers {
 		objs = append(objs, &networkingv1alpha1.ExternalModelProvider{})
 		defer v.creds.Stop()
+	}
+	if v.gw != nil {
+		objs = append(objs, gatewayObjects()...)
+		defer v.gw.certs.Stop()
 	}
 	for _, obj := range objs {
 		inf, err := v.cache.GetInformer(ctx, obj)
@@ -343,11 +374,18 @@ func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ er
 			snap.Providers[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = ResolveProvider(p, v.creds.Get)
 		}
 	}
-	ptrs := make([]*networkingv1alpha1.ModelRoute, len(routes.Items))
+	// A route with parentRefs is served on its Gateways' listeners only (buildGateway).
+	ptrs := make([]*networkingv1alpha1.ModelRoute, 0, len(routes.Items))
 	keys := make([]string, len(routes.Items))
+	var bound []*networkingv1alpha1.ModelRoute
 	for i := range routes.Items {
-		ptrs[i] = &routes.Items[i]
-		keys[i] = ptrs[i].Namespace + "/" + ptrs[i].Name + "@" + ptrs[i].ResourceVersion
+		mr := &routes.Items[i]
+		keys[i] = mr.Namespace + "/" + mr.Name + "@" + mr.ResourceVersion
+		if len(mr.Spec.ParentRefs) > 0 {
+			bound = append(bound, mr)
+			continue
+		}
+		ptrs = append(ptrs, mr)
 	}
 	sort.Strings(keys)
 	if key := strings.Join(keys, ","); key != v.routesKey || !v.synced.Load() {
@@ -357,18 +395,31 @@ func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ er
 		prev := v.current.Load()
 		snap.Routes, snap.RouteErrors = prev.Routes, prev.RouteErrors
 	}
-	for i := range servers.Items {
-		ms := &servers.Items[i]
-		pods, ok := podsByNS[ms.Namespace]
+	podsIn := func(ns string) ([]*corev1.Pod, error) {
+		pods, ok := podsByNS[ns]
 		if !ok {
 			var list corev1.PodList
-			if err := v.cache.List(ctx, &list, client.InNamespace(ms.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-				return nil, false, err
+			if err := v.cache.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+				return nil, err
 			}
 			for j := range list.Items {
 				pods = append(pods, &list.Items[j])
 			}
-			podsByNS[ms.Namespace] = pods
+			podsByNS[ns] = pods
+		}
+		return pods, nil
+	}
+	snap.Gateway, snap.Backends = gateway.Empty(), map[gateway.BackendKey]*Server{}
+	if v.gw != nil {
+		if err := v.buildGateway(ctx, snap, podsIn, bound); err != nil {
+			return nil, false, err
+		}
+	}
+	for i := range servers.Items {
+		ms := &servers.Items[i]
+		pods, err := podsIn(ms.Namespace)
+		if err != nil {
+			return nil, false, err
 		}
 		s := Resolve(ms, pods)
 		snap.Servers[types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}] = s
@@ -476,7 +527,12 @@ func portOf(p *corev1.Pod, port int32) int32 {
 }
 
 // String describes a server for logs and errors.
-func (s *Server) String() string { return fmt.Sprintf("ModelServer %s/%s", s.Namespace, s.Name) }
+func (s *Server) String() string {
+	if s.Kind != "" {
+		return fmt.Sprintf("%s %s/%s", s.Kind, s.Namespace, s.Name)
+	}
+	return fmt.Sprintf("ModelServer %s/%s", s.Namespace, s.Name)
+}
 
 // SecretOf is the Secret a provider's credential is in, if it has one.
 func SecretOf(p *networkingv1alpha1.ExternalModelProvider) (types.NamespacedName, bool) {

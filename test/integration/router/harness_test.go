@@ -73,7 +73,8 @@ func startSystem(t *testing.T) {
 			},
 			Routers: len(routers),
 			// The installation's Redis (--redis-addr), for routes whose global limit names none.
-			Router: func(_ int, o *router.Options) { o.RedisAddr = redisAddr },
+			// Each replica opens Gateway listener ports on its own address (gateway_test.go).
+			Router: func(i int, o *router.Options) { o.RedisAddr, o.GatewayHost = redisAddr, gatewayHost(i) },
 		})
 		require.NoError(t, err)
 		system, kube, cl, engines = sys, sys.Kube, sys.Client, sys.Engines

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // ModelRouteSpec defines the desired state of ModelRoute.
@@ -20,6 +21,15 @@ type ModelRouteSpec struct {
 	// +kubebuilder:validation:MaxItems=10
 	// +listType=atomic
 	LoraAdapters []string `json:"loraAdapters,omitempty"`
+
+	// ParentRefs binds the route to Gateways (Gateway API ParentReference, as Kthena's
+	// ModelRoute has it): a route with parentRefs is served only on the listeners of those
+	// Gateways (of a GatewayClass berth-router implements); without, berth-router serves it
+	// on its own port, as before.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	ParentRefs []gatewayv1.ParentReference `json:"parentRefs,omitempty"`
 
 	// An ordered list of route rules for LLM traffic. The first rule matching an incoming request will be used.
 	// If no rule is matched, an HTTP 404 status code MUST be returned.
