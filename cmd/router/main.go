@@ -37,6 +37,7 @@ func bindFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&o.EPPAddr, "epp-addr", o.EPPAddr, "address of the ext_proc gRPC service (epp mode)")
 	fs.StringVar(&o.EPPHealthAddr, "epp-health-addr", o.EPPHealthAddr, "address of the gRPC health service: liveness, readiness and envoy.service.ext_proc.v3.ExternalProcessor (epp mode)")
 	fs.BoolVar(&o.EPPSecureServing, "epp-secure-serving", true, "serve ext_proc over TLS, as gateways expect of an endpoint picker: --tls-cert-file/--tls-key-file when set, else a self-signed certificate (epp mode)")
+	fs.StringVar(&o.EPPPool, "epp-pool", o.EPPPool, "namespace/name of the InferencePool whose Ready pods the picker chooses among, as the Inference Extension runs one picker per pool (epp mode); empty: match the request's model to a ModelRoute as the proxy does")
 	fs.IntVar(&o.EPPFallbacks, "epp-fallbacks", 2, "endpoints named after the primary, in the order the data plane tries them when the one before fails (epp mode)")
 	fs.StringVar(&o.AdminAddr, "admin-addr", ":8081", "address of /metrics, /healthz, /readyz and /version (\"\" disables it)")
 	fs.BoolVar(&o.MetricsAuth, "metrics-auth", true, "serve the admin listener over HTTPS and /metrics only to callers the apiserver authenticates and authorizes for GET /metrics")

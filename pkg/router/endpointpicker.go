@@ -13,22 +13,28 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/berth-sh/berth/pkg/router/epp"
+	"github.com/berth-sh/berth/pkg/router/gateway"
+	"github.com/berth-sh/berth/pkg/router/match"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/router/ratelimit"
 	"github.com/berth-sh/berth/pkg/router/request"
 	"github.com/berth-sh/berth/pkg/router/view"
 )
 
-// routeChooser is the endpoint picker's Chooser over ModelRoutes: a request is parsed,
-// matched and rate-limited exactly as the proxy does it (admit), and its endpoints are
-// ranked by the same scorers over the ModelServer's Ready pods. An InferencePool chooser
-// (the pool's selected pods as the candidates, no ModelRoute) is another epp.Chooser
-// handed to epp.New in serveEPP; rankEndpoints is the step it would share.
+// routeChooser is the endpoint picker's Chooser. Over ModelRoutes (pool nil) a request is
+// parsed, matched and rate-limited exactly as the proxy does it (admit), and its endpoints
+// are ranked by the same scorers over the ModelServer's Ready pods. With a pool, as the
+// Inference Extension deploys a picker per InferencePool, the candidates are the pool's
+// Ready pods on its target ports (the view resolves every pool, view.ResolvePool), no
+// route is matched and the body goes on unchanged.
 type routeChooser struct {
 	r *Router
 	// fallbacks is how many endpoints after the primary are named.
 	fallbacks int
+	pool      *types.NamespacedName
 }
 
 func refusal(f *failure) *epp.Refusal {
@@ -69,6 +75,9 @@ func (c *routeChooser) Choose(ctx context.Context, q *epp.Query) (*epp.Choice, *
 		return nil, &epp.Refusal{Status: http.StatusBadRequest, Code: "invalid_request", Param: perr.Param, Message: perr.Message}
 	}
 	x := &exchange{start: time.Now(), kind: kind}
+	if c.pool != nil {
+		return c.choosePool(in, q, x)
+	}
 	adm, f := r.admit(ctx, r.view.Snapshot(), nil, in, q.Path, q.Header, x)
 	if f != nil {
 		return nil, refusal(f)
@@ -99,18 +108,47 @@ func (c *routeChooser) Choose(ctx context.Context, q *epp.Query) (*epp.Choice, *
 			return nil, &epp.Refusal{Status: http.StatusBadRequest, Code: "invalid_request", Message: err.Error()}
 		}
 	}
+	return c.choice(b.server, eps, preq, in, x, body, adm.limiter, adm.limits), nil
+}
+
+// choosePool ranks the pool's Ready endpoints for the request.
+func (c *routeChooser) choosePool(in *request.Request, q *epp.Query, x *exchange) (*epp.Choice, *epp.Refusal) {
+	r := c.r
+	x.asked, x.model = in.Model, in.Model
+	x.server, x.targetKind = c.pool.String(), match.Kind(gateway.InferenceKind)
+	server := r.view.Snapshot().Backend(gateway.Backend{Kind: gateway.PoolBackend, NamespacedName: *c.pool})
+	if server == nil {
+		return nil, &epp.Refusal{Status: http.StatusServiceUnavailable, Code: "pool_not_found",
+			Message: fmt.Sprintf("InferencePool %s, whose endpoints this picker chooses from, does not exist", c.pool)}
+	}
+	preq := &pick.Request{Model: in.Model, Prefix: pick.HashPrompt(in.Prompt)}
+	eps := r.rankEndpoints(server, preq, 1+c.fallbacks, q.Subset)
+	if len(eps) == 0 {
+		msg := fmt.Sprintf("InferencePool %s has no Ready endpoint (no Ready pod matches its selector)", c.pool)
+		if q.Subset != nil {
+			msg = fmt.Sprintf("none of the %d endpoints of the data plane's subset hint is a Ready endpoint of InferencePool %s (%d Ready)", len(q.Subset), c.pool, len(server.Endpoints))
+		}
+		return nil, &epp.Refusal{Status: http.StatusServiceUnavailable, Code: "no_endpoint", Message: msg}
+	}
+	return c.choice(server, eps, preq, in, x, nil, nil, ratelimit.Limits{}), nil
+}
+
+// choice names eps (best first) and starts the request's load accounting on the primary.
+func (c *routeChooser) choice(server *view.Server, eps []*view.Endpoint, preq *pick.Request, in *request.Request, x *exchange, body []byte,
+	limiter ratelimit.Limiter, limits ratelimit.Limits) *epp.Choice {
+	r := c.r
 	addrs := make([]string, len(eps))
 	named := make(map[string]bool, len(eps))
 	for i, e := range eps {
 		addrs[i], named[e.Address] = e.Address, true
 	}
 	primary := eps[0]
-	r.metrics.picks.WithLabelValues(b.server.Namespace+"/"+b.server.Name, primary.Pod, string(primary.Role)).Inc()
+	r.metrics.picks.WithLabelValues(server.Namespace+"/"+server.Name, primary.Pod, string(primary.Role)).Inc()
 	r.metrics.inflight.Inc()
 	x.endpoint = primary.Address
 	l := &eppLease{r: r, x: x, preq: preq, in: in, named: named, current: primary.Address,
-		done: r.picker.Begin(preq, primary.Address), limiter: adm.limiter, limits: adm.limits}
-	return &epp.Choice{Endpoints: addrs, Body: body, Route: x.route, Model: x.model, Lease: l}, nil
+		done: r.picker.Begin(preq, primary.Address), limiter: limiter, limits: limits}
+	return &epp.Choice{Endpoints: addrs, Body: body, Route: x.route, Model: x.model, Lease: l}
 }
 
 // rankEndpoints returns up to n of server's Ready endpoints, best first, by the picker's

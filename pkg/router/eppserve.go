@@ -5,12 +5,14 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strings"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"k8s.io/apimachinery/pkg/types"
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/berth-sh/berth/pkg/router/epp"
@@ -43,7 +45,8 @@ func (r *Router) startEPPHealth() (*eppServers, error) {
 	return s, nil
 }
 
-// serveEPP starts ext_proc on EPPAddr with the ModelRoute chooser and reports ready.
+// serveEPP starts ext_proc on EPPAddr with the chooser (over ModelRoutes, or over EPPPool's
+// pods) and reports ready.
 func (r *Router) serveEPP(s *eppServers, errc chan<- error) error {
 	ln, err := net.Listen("tcp", r.opts.EPPAddr)
 	if err != nil {
@@ -66,11 +69,14 @@ func (r *Router) serveEPP(s *eppServers, errc chan<- error) error {
 	}
 	s.extproc = grpc.NewServer(opts...)
 	chooser := &routeChooser{r: r, fallbacks: r.opts.EPPFallbacks}
+	if ns, name, ok := strings.Cut(r.opts.EPPPool, "/"); ok {
+		chooser.pool = &types.NamespacedName{Namespace: ns, Name: name}
+	}
 	extprocv3.RegisterExternalProcessorServer(s.extproc, epp.New(chooser, epp.Options{MaxBodyBytes: r.opts.MaxBodyBytes},
 		r.log.WithName("epp"), r.metrics.registry))
 	go func() { errc <- s.extproc.Serve(ln) }()
 	s.health.SetReady(true)
-	r.log.Info("endpoint picker serving ext_proc", "addr", a, "tls", r.opts.EPPSecureServing, "health", r.EPPHealthAddr(), "fallbacks", r.opts.EPPFallbacks)
+	r.log.Info("endpoint picker serving ext_proc", "addr", a, "tls", r.opts.EPPSecureServing, "health", r.EPPHealthAddr(), "fallbacks", r.opts.EPPFallbacks, "pool", r.opts.EPPPool)
 	return nil
 }
 

@@ -50,6 +50,17 @@ func (r *Router) enableGateway() error {
 	return nil
 }
 
+// readInferencePools makes the view resolve InferencePools (with the rest of the Gateway
+// API objects, compiled but never served): the endpoint picker's candidates.
+func (r *Router) readInferencePools() error {
+	kube, err := kubernetes.NewForConfig(r.cfg)
+	if err != nil {
+		return err
+	}
+	r.view.EnableGateway(kube, func(map[int32]bool) map[int32]error { return nil })
+	return nil
+}
+
 // runGateway writes every snapshot's Gateway API status until ctx ends, then closes the
 // listener ports (Run drains them first when it stops in order).
 func (r *Router) runGateway(ctx context.Context) {

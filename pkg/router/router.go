@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,11 @@ type Options struct {
 	// EPPFallbacks is how many endpoints after the primary the picker names, in the order
 	// the data plane should try them when the one before fails.
 	EPPFallbacks int
+	// EPPPool ("namespace/name") makes the endpoint picker choose among the Ready pods of
+	// that InferencePool, as the Inference Extension deploys one picker per pool (the pool's
+	// endpointPickerRef names it): no ModelRoute is matched, the body is passed unchanged.
+	// Empty: the picker matches the request's model to a ModelRoute as the proxy does.
+	EPPPool string
 	// AdminAddr serves /metrics, /healthz, /readyz and /version ("" disables it; the API listener
 	// serves /healthz and /readyz too).
 	AdminAddr string
@@ -173,6 +179,14 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	if o.Mode != ModeProxy && o.Mode != ModeEPP {
 		return nil, fmt.Errorf("mode %q: use %q or %q", o.Mode, ModeProxy, ModeEPP)
 	}
+	if o.EPPPool != "" {
+		if ns, name, ok := strings.Cut(o.EPPPool, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, fmt.Errorf("epp pool %q: write namespace/name", o.EPPPool)
+		}
+		if o.DisableGateway {
+			return nil, fmt.Errorf("epp pool %q: InferencePools are read with the Gateway API, which DisableGateway turns off", o.EPPPool)
+		}
+	}
 	if o.EPPFallbacks < 0 {
 		return nil, fmt.Errorf("epp fallbacks %d: must be 0 or more", o.EPPFallbacks)
 	}
@@ -209,7 +223,16 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	r.scraper.OwnLoad = picker.InFlight
 	if !o.DisableGateway {
 		if err := apicheck.Check(cfg, "berth-router", gatewayAPIs()); err != nil {
+			if o.EPPPool != "" {
+				return nil, fmt.Errorf("epp pool %s: the picker reads InferencePools, which the apiserver does not serve: %w", o.EPPPool, err)
+			}
 			log.Info("not serving the Gateway API: the apiserver does not serve its kinds", "missing", err.Error())
+		} else if o.Mode == ModeEPP {
+			// A picker is asked by another gateway: it reads InferencePools for its pool but
+			// opens no Gateway listener and writes no Gateway API status.
+			if err := r.readInferencePools(); err != nil {
+				return nil, err
+			}
 		} else if err := r.enableGateway(); err != nil {
 			return nil, err
 		}

@@ -23,8 +23,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/router/epp/epptest"
+	"github.com/berth-sh/berth/pkg/router/gateway"
 )
 
 // picker is a berth-router in epp mode over the test's control plane, with an ext_proc
@@ -38,12 +41,17 @@ type picker struct {
 // startPicker runs a berth-router in epp mode until the test ends. Bodies are limited to
 // 256 KiB so that the oversized case stays small. secure serves ext_proc over TLS with a
 // self-signed certificate, which the client does not verify (as gateways configure it).
-func startPicker(t *testing.T, secure bool) *picker {
+func startPicker(t *testing.T, secure bool) *picker { return startPickerFor(t, secure, "") }
+
+// startPickerFor is startPicker choosing among the pods of InferencePool pool
+// ("namespace/name"; "" matches ModelRoutes).
+func startPickerFor(t *testing.T, secure bool, pool string) *picker {
 	t.Helper()
 	startSystem(t)
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
 	r, err := router.New(cp.RESTConfig(), router.Options{Mode: router.ModeEPP, EPPAddr: "127.0.0.1:0", EPPHealthAddr: "127.0.0.1:0",
-		EPPFallbacks: 2, EPPSecureServing: secure, ScrapeInterval: 100 * time.Millisecond, MaxBodyBytes: 256 << 10, ShutdownTimeout: time.Second}, log.WithName("epp-router"))
+		EPPFallbacks: 2, EPPSecureServing: secure, EPPPool: pool,
+		ScrapeInterval: 100 * time.Millisecond, MaxBodyBytes: 256 << 10, ShutdownTimeout: time.Second}, log.WithName("epp-router"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -317,4 +325,58 @@ func (s *stalledStream) Read(p []byte) (int, error) {
 	}
 	<-s.ctx.Done()
 	return 0, s.ctx.Err()
+}
+
+// A picker deployed for one InferencePool, as the Inference Extension runs one per pool:
+// it names only that pool's Ready pods (on its target port), whatever model the body asks
+// for, passes the body on unchanged, and the pod it names is the one that serves. A picker
+// whose pool does not exist refuses with a 503 naming it and keeps serving.
+func TestEPPInferencePool(t *testing.T) {
+	w := newWorld(t, 1)
+	for i := range 2 {
+		w.pod(fmt.Sprintf("pool-%d", i), poolPod("epp-pool"))
+	}
+	w.servedPods("epp-other", 1, "", nil) // a ModelServer's pod: never named by the pool's picker
+	w.applyAny(pool("epp-pool", "epp-pool"))
+	p := startPickerFor(t, false, w.ns+"/epp-pool")
+	w.eventually("the picker sees the pool's 2 endpoints", 60*time.Second, func() bool {
+		s := p.r.View().Snapshot().Backend(gateway.Backend{Kind: gateway.PoolBackend, NamespacedName: types.NamespacedName{Namespace: w.ns, Name: "epp-pool"}})
+		return s != nil && len(s.Endpoints) == 2
+	})
+	poolAddrs := map[string]string{}
+	for _, e := range p.r.View().Snapshot().Backend(gateway.Backend{Kind: gateway.PoolBackend, NamespacedName: types.NamespacedName{Namespace: w.ns, Name: "epp-pool"}}).Endpoints {
+		poolAddrs[e.Address] = e.Pod
+	}
+
+	ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
+	defer cancel()
+	body := []byte(`{"model":"base-model","max_tokens":4,"messages":[{"role":"user","content":"which pool?"}]}`)
+	for range 3 {
+		x := p.exchange(t, ctx)
+		d, err := x.SendRequest(epptest.Request{Method: "POST", Path: "/v1/chat/completions", Header: map[string]string{"content-type": "application/json"},
+			Body: body, ChunkSize: 32})
+		require.NoError(t, err)
+		require.Nil(t, d.Immediate, "picked, not refused")
+		eps := d.Endpoints()
+		require.Len(t, eps, 2, "the primary and the pool's one other endpoint as fallback")
+		for _, e := range eps {
+			assert.Contains(t, poolAddrs, e, "only the pool's pods are named")
+		}
+		assert.JSONEq(t, string(body), string(d.Body), "the body goes on unchanged")
+		served, resp, out := envoyForward(t, ctx, x, d, "/v1/chat/completions", nil)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, string(out))
+		assert.Equal(t, w.ns+"/"+poolAddrs[served], resp.Header.Get("X-Sim-Engine"), "the endpoint named is the one that served")
+	}
+	assert.Zero(t, w.engine("epp-other-0").Stats().Requests, "a pod outside the pool is never named")
+
+	missing := startPickerFor(t, false, w.ns+"/no-such-pool")
+	x := missing.exchange(t, ctx)
+	d, err := x.SendRequest(epptest.Request{Method: "POST", Path: "/v1/chat/completions", Header: map[string]string{"content-type": "application/json"}, Body: body})
+	require.NoError(t, err)
+	require.NotNil(t, d.Immediate)
+	assert.EqualValues(t, http.StatusServiceUnavailable, d.Immediate.GetStatus().GetCode())
+	assert.Contains(t, string(d.Immediate.GetBody()), "InferencePool "+w.ns+"/no-such-pool")
+	r, err := missing.health.Check(w.ctx, &healthpb.HealthCheckRequest{Service: "readiness"})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, r.GetStatus(), "the picker keeps serving")
 }
