@@ -183,6 +183,9 @@ func (r *Router) serveGateway(port int32, w http.ResponseWriter, req *http.Reque
 			}
 		}
 	}
+	// header is the request's own copy: the filters changed it, and every attempt sends it.
+	proxy.StripHopByHop(header)
+	header.Del("Content-Length")
 	target := path
 	if req.URL.RawQuery != "" {
 		target += "?" + req.URL.RawQuery
@@ -208,7 +211,7 @@ func (r *Router) serveGateway(port int32, w http.ResponseWriter, req *http.Reque
 			fail(http.StatusBadRequest, "invalid_request", err.Error())
 			return
 		}
-		out.Header = forwardHeader(header)
+		out.Header = header
 		out.Host, out.ContentLength = host, int64(len(body))
 		sent := time.Now()
 		resp, err := r.proxy.Client().Do(out)
@@ -274,23 +277,6 @@ func (r *Router) servesModel(w http.ResponseWriter, req *http.Request, models *m
 	}
 	r.serveModelRoutes(w, req, models)
 	return true
-}
-
-// hopByHop are the headers a proxy must not forward (RFC 9110 §7.6.1).
-var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-func forwardHeader(h http.Header) http.Header {
-	out := h.Clone()
-	for _, c := range h.Values("Connection") {
-		for _, name := range bytes.Split([]byte(c), []byte(",")) {
-			out.Del(string(bytes.TrimSpace(name)))
-		}
-	}
-	for _, name := range hopByHop {
-		out.Del(name)
-	}
-	out.Del("Content-Length")
-	return out
 }
 
 // drawBackend picks one of a rule's backendRefs by weight (0 takes none).

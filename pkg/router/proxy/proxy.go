@@ -104,13 +104,19 @@ func copyHeader(dst, src http.Header) {
 	for k, vs := range src {
 		dst[k] = append([]string(nil), vs...)
 	}
-	for _, c := range src.Values("Connection") {
+	StripHopByHop(dst)
+}
+
+// StripHopByHop deletes from h, in place, the headers a proxy must not forward: those the
+// Connection header names, then the hop-by-hop ones.
+func StripHopByHop(h http.Header) {
+	for _, c := range h.Values("Connection") {
 		for _, name := range strings.Split(c, ",") {
-			dst.Del(strings.TrimSpace(name))
+			h.Del(strings.TrimSpace(name))
 		}
 	}
-	for _, h := range hopByHop {
-		dst.Del(h)
+	for _, name := range hopByHop {
+		h.Del(name)
 	}
 }
 
