@@ -265,7 +265,7 @@ func (r *Router) servesModel(w http.ResponseWriter, req *http.Request, models *m
 	if err != nil {
 		// serveModelRoutes reads the (now short) body again and answers as for its own port.
 		req.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{err}))
-		r.serveModelRoutes(w, req, models)
+		r.serveModelRoutes(w, req, models, nil)
 		return true
 	}
 	in, err := request.Parse(request.KindOf(req.URL.Path), body)
@@ -275,7 +275,7 @@ func (r *Router) servesModel(w http.ResponseWriter, req *http.Request, models *m
 	if _, err := models.Match(match.Input{Model: in.Model, Path: req.URL.Path, Header: req.Header}, func(uint64) uint64 { return 0 }); errors.Is(err, match.ErrNoRoute) {
 		return false
 	}
-	r.serveModelRoutes(w, req, models)
+	r.serveModelRoutes(w, req, models, in) // parsed once
 	return true
 }
 

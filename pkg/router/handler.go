@@ -101,13 +101,15 @@ func resolve(snap *view.Snapshot, ns string, t match.Target, k request.Kind) (ba
 }
 
 func (r *Router) serveInference(w http.ResponseWriter, req *http.Request) {
-	r.serveModelRoutes(w, req, nil)
+	r.serveModelRoutes(w, req, nil, nil)
 }
 
 // serveModelRoutes answers an OpenAI or Anthropic request by the ModelRoutes of table: those
 // a Gateway listener serves (their parentRefs name its Gateway), or with table nil the
-// router's own (those without parentRefs).
-func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, table *match.Table) {
+// router's own (those without parentRefs). in is the request's body already parsed (a
+// Gateway listener parses it to see whether a ModelRoute serves its model); nil: read and
+// parse it here.
+func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, table *match.Table, in *request.Request) {
 	r.metrics.inflight.Inc()
 	defer r.metrics.inflight.Dec()
 	kind := request.KindOf(req.URL.Path)
@@ -122,22 +124,23 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 		fail(http.StatusMethodNotAllowed, "method_not_allowed", "", req.Method+" is not allowed; send POST")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			fail(http.StatusRequestEntityTooLarge, "request_too_large", "", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+	if in == nil {
+		body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				fail(http.StatusRequestEntityTooLarge, "request_too_large", "", fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+				return
+			}
+			fail(http.StatusBadRequest, "invalid_request", "", "reading the request body: "+err.Error())
 			return
 		}
-		fail(http.StatusBadRequest, "invalid_request", "", "reading the request body: "+err.Error())
-		return
-	}
-	in, err := request.Parse(kind, body)
-	if err != nil {
-		var perr *request.Error
-		errors.As(err, &perr)
-		fail(http.StatusBadRequest, "invalid_request", perr.Param, perr.Message)
-		return
+		if in, err = request.Parse(kind, body); err != nil {
+			var perr *request.Error
+			errors.As(err, &perr)
+			fail(http.StatusBadRequest, "invalid_request", perr.Param, perr.Message)
+			return
+		}
 	}
 	snap := r.view.Snapshot()
 	adm, f := r.admit(req.Context(), snap, table, in, req.URL.Path, req.Header, x)
