@@ -26,6 +26,9 @@ type preFilterState struct {
 	// unplanned: PreFilter found no plan for the group, for this reason. PostFilter tries
 	// preemption and, when that does not help, releases the group with the reason.
 	unplanned string
+	// devices checks the pod's DRA claims against devices other groups' plans keep (nil:
+	// the pod has no claims, or no plan keeps anything).
+	devices *placement.DeviceCheck
 }
 
 // Clone returns the state itself: it is never modified after PreFilter.
@@ -53,7 +56,7 @@ func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		if !g.model.Keeping() {
 			return nil, fwk.NewStatus(fwk.Skip)
 		}
-		state.Write(preFilterStateKey, &preFilterState{req: placement.PodRequests(pod)})
+		state.Write(preFilterStateKey, &preFilterState{req: placement.PodRequests(pod), devices: g.model.DeviceCheck(pod)})
 		return nil, nil
 	}
 	logger := klog.FromContext(ctx).WithValues("ExtensionPoint", "PreFilter", "plugin", Name, "group", key)
@@ -101,6 +104,9 @@ func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: pod %s is beyond the group's minimum; it waits until the minimum is placed", key, pod.Name))
 	}
 	s := &preFilterState{key: key, req: placement.PodRequests(pod)}
+	if g.model.Keeping() {
+		s.devices = g.model.DeviceCheck(pod)
+	}
 	state.Write(preFilterStateKey, s)
 	if node != "" && placement.Narrowable(pod) {
 		// The fast path: the plan has already judged every node for this pod.
@@ -137,6 +143,9 @@ func (g *Gang) Filter(_ context.Context, state fwk.CycleState, _ *corev1.Pod, ni
 		if v > 0 && kept[name] > 0 && free[name]-kept[name] < v {
 			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s on this node is kept for a planned group", name))
 		}
+	}
+	if s.devices != nil && !s.devices.FitsAround(node, kept) {
+		return fwk.NewStatus(fwk.Unschedulable, "the DRA devices the pod's claims could use on this node are kept for a planned group")
 	}
 	return nil
 }

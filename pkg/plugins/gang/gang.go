@@ -81,6 +81,7 @@ var (
 	_ fwk.PostFilterPlugin  = &Gang{}
 	_ fwk.ReservePlugin     = &Gang{}
 	_ fwk.PermitPlugin      = &Gang{}
+	_ fwk.PostBindPlugin    = &Gang{}
 	_ fwk.EnqueueExtensions = &Gang{}
 )
 

@@ -24,6 +24,18 @@ func (g *Gang) Reserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, nod
 	return nil
 }
 
+// PostBind checks that kube-scheduler's DynamicResources plugin allocated the pod's claims
+// the devices its group's plan chose: the plan is only right if the two agree. A
+// disagreement is a Warning event on the pod and counts in
+// berth_placement_dra_allocation_checks_total{result="disagree"}.
+func (g *Gang) PostBind(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) {
+	checked, agree, msg := g.model.CheckAllocation(pod)
+	if checked && !agree {
+		klog.FromContext(ctx).Info("DRA allocation differs from the group's plan", "pod", klog.KObj(pod), "node", nodeName, "detail", msg)
+		g.handle.EventRecorder().Eventf(pod, nil, corev1.EventTypeWarning, reasonAllocationDiffers, "Scheduling", "DRA allocation differs from the group's plan: %s", msg)
+	}
+}
+
 // Unreserve runs when a held pod is rejected (timeout, a sibling's failure) or fails to
 // bind. A group that has not reached its minimum releases every sibling with it.
 func (g *Gang) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) {

@@ -28,6 +28,9 @@ const (
 	reasonNotEnoughResources = volcanov1beta1.NotEnoughResourcesReason
 	reasonTimeout            = "WaitTimeout"
 	reasonScheduled          = "GangScheduled"
+	// reasonAllocationDiffers: the DynamicResources plugin allocated a pod's claims other
+	// devices than the group's plan chose (see PostBind).
+	reasonAllocationDiffers = "AllocationDiffersFromPlan"
 )
 
 // ReservationAnnotation is set on the PodGroup of the oldest blocked group while capacity

@@ -101,7 +101,7 @@ func IsDevice(name corev1.ResourceName) bool {
 	case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage:
 		return false
 	}
-	return strings.Contains(string(name), "/") && !strings.HasPrefix(string(name), "hugepages-")
+	return strings.Contains(string(name), "/") && !strings.HasPrefix(string(name), "hugepages-") && !isDeviceKey(name)
 }
 
 // fitsIn reports whether req fits in free less used (used may be nil).
@@ -110,7 +110,7 @@ func fitsIn(free, used, req Resources) bool {
 		return false
 	}
 	for name, v := range req {
-		if v > 0 && free[name]-used[name] < v {
+		if v > 0 && free[name]-used[name] < v && !isDeviceKey(name) {
 			return false
 		}
 	}
@@ -127,7 +127,7 @@ func describeResources(r Resources) string {
 	var parts []string
 	for _, name := range SortedKeys(asStrings(r)) {
 		rn := corev1.ResourceName(name)
-		if rn == corev1.ResourcePods || r[rn] == 0 {
+		if rn == corev1.ResourcePods || r[rn] == 0 || isDeviceKey(rn) {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s %s", FormatAmount(rn, r[rn]), rn))

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -49,6 +50,11 @@ type Model struct {
 	excluded  map[string]map[string]time.Time
 	lastSweep time.Time
 
+	// dra plans pods' DRA claims (nil: not planned); expected are the devices the plan
+	// gave each pod the scheduler holds, until PostBind compares them with its claims.
+	dra      *DRA
+	expected map[types.UID][]structured.DeviceID
+
 	groupsOnce sync.Once
 	groups     *podgroups.Source
 	groupsErr  error
@@ -82,6 +88,7 @@ func NewModel(handle fwk.Handle) (*Model, error) {
 	m := newModel(podInformer.GetIndexer(), func() NodeSource {
 		return SnapshotSource(handle.SnapshotSharedLister().NodeInfos())
 	})
+	m.dra = NewDRA(handle)
 	// The model keeps a held pod until the informer shows it bound, so no moment passes in
 	// which it is neither; and a group whose pods are all gone leaves nothing behind.
 	if _, err := podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -97,6 +104,9 @@ func NewModel(handle fwk.Handle) (*Model, error) {
 				obj = d.Obj
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
+				m.mu.Lock()
+				delete(m.expected, pod.UID)
+				m.mu.Unlock()
 				if key := GroupKey(pod); key != "" && len(m.GroupPods(key)) == 0 {
 					m.Forget(key)
 				}
@@ -120,6 +130,7 @@ func newModel(pods cache.Indexer, nodes func() NodeSource) *Model {
 		held:         map[string]map[types.UID]PlacedPod{},
 		blocked:      map[string]*blockedGroup{},
 		excluded:     map[string]map[string]time.Time{},
+		expected:     map[types.UID][]structured.DeviceID{},
 	}
 }
 
@@ -163,6 +174,7 @@ func (m *Model) OnHeadChange(f func(old, new string)) {
 // count as used, and nodes that refused the group's pods lately are left out.
 func (m *Model) Pool(except string) *Pool {
 	p := NewPool(m.nodes(), m.Accelerators(), func(node string) Resources { return m.KeptOn(node, except) })
+	p.dra = m.dra
 	m.exclude(p, except)
 	return p
 }
@@ -413,8 +425,12 @@ func (m *Model) Reserve(pod *corev1.Pod, node string) {
 		return
 	}
 	req := p.requests[pod.UID]
+	if ids := p.devices[pod.UID]; len(ids) > 0 && planned == node {
+		m.expected[pod.UID] = ids
+	}
 	delete(p.Nodes, pod.UID)
 	delete(p.requests, pod.UID)
+	delete(p.devices, pod.UID)
 	if byNode := m.keptByPlan[key]; byNode != nil && byNode[planned] != nil {
 		addTo(byNode[planned], req, -1)
 		m.unkeepLocked(planned, req)
@@ -516,7 +532,7 @@ func (m *Model) PlanFor(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req *Requi
 	p := m.Plan(key)
 	if p != nil && !p.Reservation {
 		if node, planned := p.Nodes[pod.UID]; planned {
-			if pool.Eligible(pod, node) && fitsIn(pool.Free(node), nil, p.requests[pod.UID]) {
+			if pool.Eligible(pod, node) && fitsIn(pool.Free(node), nil, p.requests[pod.UID]) && pool.devicesStillFree(p.devices[pod.UID]) {
 				out.Plan = p // the fast path: nothing else to look at
 				return out, nil
 			}
@@ -553,6 +569,11 @@ func (m *Model) PlanFor(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req *Requi
 	p, msg, err := m.plan(r, req, minMet)
 	if err != nil {
 		return out, err
+	}
+	if p != nil {
+		if refusal := AllocateDevices(pool, p, all); refusal != "" {
+			p, msg = nil, refusal
+		}
 	}
 	if p != nil {
 		p.Group = key

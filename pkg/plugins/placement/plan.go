@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
@@ -46,7 +47,65 @@ type Plan struct {
 	Nominated bool
 
 	requests map[types.UID]Resources
-	expires  time.Time // zero: never
+	// devices are the DRA devices each planned pod's claims get (see AllocateDevices).
+	devices map[types.UID][]structured.DeviceID
+	expires time.Time // zero: never
+}
+
+// Devices are the DRA devices the plan gives the pod's claims, nil when none.
+func (p *Plan) Devices(uid types.UID) []structured.DeviceID { return p.devices[uid] }
+
+// assignDevices records the pod's devices: the plan keeps each as one unit of its own
+// resource (DeviceKey), so no other group's plan or pod takes it.
+func (p *Plan) assignDevices(uid types.UID, ids []structured.DeviceID) {
+	if len(ids) == 0 {
+		return
+	}
+	if p.devices == nil {
+		p.devices = map[types.UID][]structured.DeviceID{}
+	}
+	p.devices[uid] = ids
+	req := make(Resources, len(p.requests[uid])+len(ids))
+	for k, v := range p.requests[uid] {
+		req[k] = v
+	}
+	for _, id := range ids {
+		req[DeviceKey(id)] = 1
+	}
+	p.requests[uid] = req
+}
+
+// AllocateDevices gives every planned pod with DRA claims the devices kube-scheduler's
+// DynamicResources plugin will allocate it: pods in the order the queue hands them out,
+// each on its planned node, around what earlier ones took (the plugin allocates one pod at
+// a time, first fit, in that order). It returns a refusal when that order does not fit the
+// plan (a simulation that placed units in another order can plan what first fit never
+// allocates).
+func AllocateDevices(pool *Pool, p *Plan, pods []*corev1.Pod) string {
+	if pool.devices() == nil || len(p.Nodes) == 0 {
+		return ""
+	}
+	var planned []*corev1.Pod
+	for _, pod := range pods {
+		if _, ok := p.Nodes[pod.UID]; ok && HasClaims(pod) {
+			planned = append(planned, pod)
+		}
+	}
+	sort.SliceStable(planned, func(i, j int) bool { return QueueLess(planned[i], planned[j]) })
+	sim := pool.Simulate()
+	for _, pod := range planned {
+		node := p.Nodes[pod.UID]
+		got, ok := sim.fitDevices(pod, node)
+		if !ok {
+			if err := sim.ClaimError(); err != nil {
+				return fmt.Sprintf("pod %s: %v", pod.Name, err)
+			}
+			return fmt.Sprintf("pod %s: its claims do not fit node %s after the devices its group's earlier pods take there", pod.Name, node)
+		}
+		sim.takeDevices(pod, node, got)
+		p.assignDevices(pod.UID, got.devices)
+	}
+	return ""
 }
 
 // Assign records that the pod goes to node.
@@ -111,9 +170,48 @@ type DomainChooser interface {
 
 // PlaceAnywhere places the units over every node of the pool, as many as fit, each whole
 // or not at all; stop ends early once it says the group has enough. It returns the plan and
-// the first required unit that did not fit.
+// the first required unit that did not fit. When a required unit does not fit and the
+// group's pods use DRA claims, the first choice of devices may be what failed (a pod that
+// could use any GPU took the only one another pod's selector matches), so the required
+// units are searched again, backtracking over nodes, before the group is refused.
 func PlaceAnywhere(r *Request, stop func(chosen []*corev1.Pod) bool) (*Plan, *PendingUnit, *Simulation) {
-	sim := r.Pool.Simulate()
+	p, miss, sim := placeUnits(r, r.Pool.Simulate(), r.Units, stop)
+	if miss == nil || !unitsHaveClaims(r.Units) || sim.ClaimError() != nil {
+		return p, miss, sim
+	}
+	var required []*PendingUnit
+	for i := range r.Units {
+		if r.Units[i].Required {
+			required = append(required, &r.Units[i])
+		}
+	}
+	bt := &backtracker{nodes: r.Pool.Nodes(), budget: backtrackBudget}
+	found, ok := bt.search(r.Pool.Simulate(), required)
+	backtracks.WithLabelValues(map[bool]string{true: "found", false: "exhausted"}[ok]).Inc()
+	if !ok {
+		return p, miss, sim
+	}
+	// The required units are placed; the others go where they fit around them.
+	p2 := &Plan{}
+	for _, u := range required {
+		for j, pod := range u.Pods {
+			p2.Assign(pod, u.Requests[j], bt.node[pod.UID])
+		}
+	}
+	var rest []PendingUnit
+	for i := range r.Units {
+		if !r.Units[i].Required {
+			rest = append(rest, r.Units[i])
+		}
+	}
+	p3, _, sim3 := placeUnits(&Request{Pod: r.Pod, PodGroup: r.PodGroup, Units: rest, Placed: r.Placed, Pool: r.Pool}, found, rest, nil)
+	for uid, n := range p3.Nodes {
+		p2.Nodes[uid], p2.requests[uid] = n, p3.requests[uid]
+	}
+	return p2, nil, sim3
+}
+
+func placeUnits(r *Request, sim *Simulation, units []PendingUnit, stop func(chosen []*corev1.Pod) bool) (*Plan, *PendingUnit, *Simulation) {
 	nodes := r.Pool.Nodes()
 	p := &Plan{}
 	var chosen []*corev1.Pod
@@ -121,8 +219,8 @@ func PlaceAnywhere(r *Request, stop func(chosen []*corev1.Pod) bool) (*Plan, *Pe
 		chosen = append(chosen, pp.Pod)
 	}
 	var miss *PendingUnit
-	for i := range r.Units {
-		u := &r.Units[i]
+	for i := range units {
+		u := &units[i]
 		got, ok := sim.PlaceUnit(u.Pods, u.Requests, nodes)
 		if !ok {
 			if miss == nil && u.Required {
@@ -139,6 +237,69 @@ func PlaceAnywhere(r *Request, stop func(chosen []*corev1.Pod) bool) (*Plan, *Pe
 		}
 	}
 	return p, miss, sim
+}
+
+func unitsHaveClaims(units []PendingUnit) bool {
+	for i := range units {
+		for _, p := range units[i].Pods {
+			if HasClaims(p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// backtrackBudget bounds the nodes a backtracking search tries, in all.
+const backtrackBudget = 256
+
+// backtracker searches the pods of the required units depth first: each pod tries the
+// nodes its claims and requests fit, best first, and a pod that fits nowhere sends the
+// search back to try the previous pod's next node.
+type backtracker struct {
+	nodes  []string
+	budget int
+	node   map[types.UID]string
+}
+
+func (b *backtracker) search(sim *Simulation, units []*PendingUnit) (*Simulation, bool) {
+	type step struct {
+		pod *corev1.Pod
+		req Resources
+	}
+	var steps []step
+	for _, u := range units {
+		for j, pod := range u.Pods {
+			steps = append(steps, step{pod, u.Requests[j]})
+		}
+	}
+	b.node = map[types.UID]string{}
+	var rec func(k int, sim *Simulation) (*Simulation, bool)
+	rec = func(k int, sim *Simulation) (*Simulation, bool) {
+		if k == len(steps) {
+			return sim, true
+		}
+		st := steps[k]
+		for _, node := range sim.candidates(st.pod, st.req, b.nodes) {
+			if b.budget <= 0 {
+				return nil, false
+			}
+			b.budget--
+			next := sim.Clone()
+			got, ok := next.fitDevices(st.pod, node)
+			if !ok {
+				continue
+			}
+			next.take(node, st.req)
+			next.takeDevices(st.pod, node, got)
+			b.node[st.pod.UID] = node
+			if done, ok := rec(k+1, next); ok {
+				return done, true
+			}
+		}
+		return nil, false
+	}
+	return rec(0, sim)
 }
 
 // weight orders units for packing: accelerators dominate, then CPU, then memory.
@@ -222,6 +383,23 @@ func scarcest(u *PendingUnit, sim *Simulation) string {
 	}
 	if len(usable) == 0 {
 		return fmt.Sprintf("none of the %d nodes matches the pod's node selector, affinity, tolerations and accelerator requirements", len(sim.pool.Nodes()))
+	}
+	if err := sim.ClaimError(); err != nil {
+		return fmt.Sprintf("pod %s's claims cannot be allocated: %v", pod.Name, err)
+	}
+	if devs := sim.pool.devices(); devs != nil && HasClaims(pod) {
+		count := 0
+		for _, n := range usable {
+			if _, ok := sim.fitDevices(pod, n); ok {
+				count++
+			}
+		}
+		if err := sim.ClaimError(); err != nil {
+			return fmt.Sprintf("pod %s's claims cannot be allocated: %v", pod.Name, err)
+		}
+		if pc, err := devs.claimsOf(pod); err == nil && count < len(usable) {
+			return fmt.Sprintf("%d/%d nodes its pods may use can allocate %s", count, len(usable), describeClaims(pc))
+		}
 	}
 	best, bestCount := corev1.ResourceName(""), len(usable)+1
 	for _, name := range SortedKeys(asStrings(biggest)) {

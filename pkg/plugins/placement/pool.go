@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -30,6 +31,10 @@ type Pool struct {
 	asIfEmpty bool
 	// excluded nodes take none of this planning's pods.
 	excluded map[string]bool
+	// dra is the profile's DRA view (nil: pods' claims are not planned); devs its state
+	// for this planning, read on first use.
+	dra  *DRA
+	devs *deviceState
 
 	names []string
 	free  map[string]Resources
@@ -48,8 +53,27 @@ func NewPool(src NodeSource, acc Accelerators, kept func(node string) Resources)
 // emptied is the same pool as if its nodes ran nothing: the capacity a reservation plans on.
 func (p *Pool) emptied() *Pool {
 	q := NewPool(p.src, p.acc, p.kept)
-	q.asIfEmpty, q.now, q.excluded = true, map[string]Resources{}, p.excluded
+	q.asIfEmpty, q.now, q.excluded, q.dra = true, map[string]Resources{}, p.excluded, p.dra
 	return q
+}
+
+// devices is the DRA state this planning reads, nil without DRA.
+func (p *Pool) devices() *deviceState {
+	if p.dra == nil {
+		return nil
+	}
+	if p.devs == nil {
+		p.devs = p.dra.state(p.asIfEmpty)
+	}
+	return p.devs
+}
+
+// keptDevicesOn are the DRA devices other groups' plans keep on the node.
+func (p *Pool) keptDevicesOn(node string) []structured.DeviceID {
+	if p.kept == nil {
+		return nil
+	}
+	return keptDevices(p.kept(node))
 }
 
 // Nodes lists every node.
@@ -223,4 +247,22 @@ func (s staticSource) Allocatable(name string) Resources {
 		return n.Allocatable
 	}
 	return n.Free
+}
+
+// devicesStillFree reports whether none of the devices (a plan's, for one pod) has been
+// allocated since the plan was made, or is kept by another group's plan.
+func (p *Pool) devicesStillFree(ids []structured.DeviceID) bool {
+	if len(ids) == 0 {
+		return true
+	}
+	devs := p.devices()
+	if devs == nil {
+		return true
+	}
+	for _, id := range ids {
+		if devs.allocated.AllocatedDevices.Has(id) {
+			return false
+		}
+	}
+	return true
 }

@@ -1,22 +1,44 @@
 package placement
 
 import (
+	"context"
+	"errors"
+	"sort"
+
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 )
 
 // Simulation places pods on a Pool without touching it: what it used is kept per node.
 // Pods that ask for accelerators go to the node that keeps the most whole nodes free (the
 // fewest devices left, cheapest class first), as the accelerator plugin scores; other pods
 // go to the next node that fits, so planning a thousand-pod gang stays linear in its size.
+//
+// Pods with DRA claims get their devices from the allocator kube-scheduler's
+// DynamicResources plugin runs (see DRA), node by node, around the devices the
+// simulation gave earlier pods and those other groups' plans keep.
 type Simulation struct {
 	pool   *Pool
 	used   map[string]Resources
 	cursor int
+
+	// DRA: devices taken per node, claims allocated (pods sharing a claim follow it), each
+	// placed pod's devices, what BestNode chose for its pod, and the first error the
+	// allocator returned for a claim no node can take (a missing DeviceClass, a bad
+	// selector), which refuses the group.
+	taken     map[string]sets.Set[structured.DeviceID]
+	simClaims map[types.UID]*claimAllocation
+	got       map[types.UID]*podDevices
+	chosen    *podDevices
+	claimErr  error
 }
 
 // Simulate starts an empty simulation on the pool.
 func (p *Pool) Simulate() *Simulation {
-	return &Simulation{pool: p, used: map[string]Resources{}}
+	return &Simulation{pool: p, used: map[string]Resources{}, taken: map[string]sets.Set[structured.DeviceID]{},
+		simClaims: map[types.UID]*claimAllocation{}, got: map[types.UID]*podDevices{}}
 }
 
 // Pool is the pool the simulation places on.
@@ -24,7 +46,9 @@ func (s *Simulation) Pool() *Pool { return s.pool }
 
 // Clone copies the simulation, to try a placement and keep it only if it works.
 func (s *Simulation) Clone() *Simulation {
-	c := &Simulation{pool: s.pool, used: make(map[string]Resources, len(s.used)), cursor: s.cursor}
+	c := &Simulation{pool: s.pool, used: make(map[string]Resources, len(s.used)), cursor: s.cursor,
+		taken: make(map[string]sets.Set[structured.DeviceID], len(s.taken)), simClaims: make(map[types.UID]*claimAllocation, len(s.simClaims)),
+		got: make(map[types.UID]*podDevices, len(s.got)), claimErr: s.claimErr}
 	for n, u := range s.used {
 		m := make(Resources, len(u))
 		for k, v := range u {
@@ -32,7 +56,85 @@ func (s *Simulation) Clone() *Simulation {
 		}
 		c.used[n] = m
 	}
+	for n, t := range s.taken {
+		c.taken[n] = t.Clone()
+	}
+	for k, v := range s.simClaims {
+		c.simClaims[k] = v
+	}
+	for k, v := range s.got {
+		c.got[k] = v
+	}
 	return c
+}
+
+// Devices are the DRA devices the simulation gave the pod, in the order the allocator
+// chose them; nil for a pod without claims or not placed.
+func (s *Simulation) Devices(pod *corev1.Pod) []structured.DeviceID {
+	if d := s.got[pod.UID]; d != nil {
+		return d.devices
+	}
+	return nil
+}
+
+// ClaimError is the allocator's error for a claim that no node can take, or nil.
+func (s *Simulation) ClaimError() error { return s.claimErr }
+
+// fitDevices is what the pod's claims get on the node after the simulation's placements,
+// nil (and ok) for a pod without claims; ok=false when they do not fit.
+func (s *Simulation) fitDevices(pod *corev1.Pod, node string) (*podDevices, bool) {
+	devs := s.pool.devices()
+	if devs == nil || !HasClaims(pod) {
+		return nil, true
+	}
+	n := s.pool.Node(node)
+	if n == nil {
+		return nil, false
+	}
+	taken := s.taken[node]
+	if kept := s.pool.keptDevicesOn(node); len(kept) > 0 {
+		taken = taken.Clone()
+		if taken == nil {
+			taken = sets.New[structured.DeviceID]()
+		}
+		taken.Insert(kept...)
+	}
+	got, err := devs.allocate(context.TODO(), pod, n, taken, s.simClaims)
+	if err != nil {
+		if !errors.Is(err, errNoDevices) && s.claimErr == nil {
+			s.claimErr = err
+		}
+		return nil, false
+	}
+	return got, true
+}
+
+func (s *Simulation) takeDevices(pod *corev1.Pod, node string, d *podDevices) {
+	if d == nil {
+		return
+	}
+	t := s.taken[node]
+	if t == nil {
+		t = sets.New[structured.DeviceID]()
+		s.taken[node] = t
+	}
+	t.Insert(d.devices...)
+	for uid, a := range d.claims {
+		s.simClaims[uid] = a
+	}
+	s.got[pod.UID] = d
+}
+
+func (s *Simulation) giveDevices(pod *corev1.Pod, node string) {
+	d := s.got[pod.UID]
+	if d == nil {
+		return
+	}
+	s.taken[node].Delete(d.devices...)
+	for uid := range d.claims {
+		delete(s.simClaims, uid)
+	}
+	delete(s.got, pod.UID)
 }
 
 // Used is what the simulation placed on the node.
@@ -127,7 +229,9 @@ func (s *Simulation) BestNode(pod *corev1.Pod, req Resources, nodes []string) st
 	if len(nodes) == 0 {
 		return ""
 	}
-	if !asksForDevices(req) && !s.pool.asIfEmpty {
+	s.chosen = nil
+	dra := HasClaims(pod) && s.pool.devices() != nil
+	if !asksForDevices(req) && !s.pool.asIfEmpty && !dra {
 		// Next fit: every such node is as good as another to the accelerator score.
 		n := len(nodes)
 		start := s.cursor % n
@@ -141,24 +245,48 @@ func (s *Simulation) BestNode(pod *corev1.Pod, req Resources, nodes []string) st
 		return ""
 	}
 	best, bestLeft := "", Leftover{}
+	var bestDevices *podDevices
 	for _, node := range nodes {
-		if !s.Fits(node, req) || !s.pool.Eligible(pod, node) {
+		l, got, ok := s.leftover(pod, req, node)
+		if !ok {
 			continue
 		}
-		l := Leftover{Name: node, Wait: s.wait(node, req), MilliCPU: s.FreeAfter(node, corev1.ResourceCPU) - req[corev1.ResourceCPU]}
-		for name, v := range s.pool.Free(node) {
-			if IsDevice(name) {
-				l.Devices += v - s.used[node][name] - req[name]
-				if req[name] > 0 {
-					l.Cost = s.pool.Cost(node)
-				}
-			}
-		}
 		if best == "" || l.Less(bestLeft) {
-			best, bestLeft = node, l
+			best, bestLeft, bestDevices = node, l, got
 		}
 	}
+	s.chosen = bestDevices
 	return best
+}
+
+// leftover ranks the node for the pod after the simulation's placements, with the devices
+// its claims would get there; ok=false when the pod does not fit the node.
+func (s *Simulation) leftover(pod *corev1.Pod, req Resources, node string) (Leftover, *podDevices, bool) {
+	if !s.Fits(node, req) || !s.pool.Eligible(pod, node) {
+		return Leftover{}, nil, false
+	}
+	got, ok := s.fitDevices(pod, node)
+	if !ok {
+		return Leftover{}, nil, false
+	}
+	l := Leftover{Name: node, Wait: s.wait(node, req), MilliCPU: s.FreeAfter(node, corev1.ResourceCPU) - req[corev1.ResourceCPU]}
+	if got != nil {
+		// DRA devices left free on the node count as a device plugin's GPUs do, and a
+		// reservation prefers devices free today.
+		l.Devices += s.pool.devices().freeDevices(node, s.taken[node]) - int64(len(got.devices))
+		if s.pool.asIfEmpty {
+			l.Wait += s.pool.devices().busyNow(got.devices) << 30
+		}
+	}
+	for name, v := range s.pool.Free(node) {
+		if IsDevice(name) {
+			l.Devices += v - s.used[node][name] - req[name]
+			if req[name] > 0 {
+				l.Cost = s.pool.Cost(node)
+			}
+		}
+	}
+	return l, got, true
 }
 
 // PlaceUnit places every pod of a unit on nodes, or none; it returns each pod's node.
@@ -169,10 +297,12 @@ func (s *Simulation) PlaceUnit(pods []*corev1.Pod, reqs []Resources, nodes []str
 		if n == "" {
 			for j, t := range took {
 				s.give(t, reqs[j])
+				s.giveDevices(pods[j], t)
 			}
 			return nil, false
 		}
 		s.take(n, reqs[i])
+		s.takeDevices(p, n, s.chosen)
 		took = append(took, n)
 	}
 	return took, true
@@ -189,6 +319,9 @@ func (s *Simulation) Rank(name string, nodes []string) Leftover {
 				l.Cost += s.used[n][res] * s.pool.Cost(n)
 			}
 		}
+		if devs := s.pool.devices(); devs != nil {
+			l.Devices += devs.freeDevices(n, s.taken[n])
+		}
 		l.MilliCPU += free[corev1.ResourceCPU] - s.used[n][corev1.ResourceCPU]
 		if s.pool.asIfEmpty {
 			for res, v := range s.used[n] {
@@ -199,4 +332,25 @@ func (s *Simulation) Rank(name string, nodes []string) Leftover {
 		}
 	}
 	return l
+}
+
+// candidates are the nodes the pod fits after the simulation's placements, best first (as
+// BestNode ranks them).
+func (s *Simulation) candidates(pod *corev1.Pod, req Resources, nodes []string) []string {
+	type cand struct {
+		node string
+		l    Leftover
+	}
+	var cs []cand
+	for _, node := range nodes {
+		if l, _, ok := s.leftover(pod, req, node); ok {
+			cs = append(cs, cand{node, l})
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].l.Less(cs[j].l) })
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.node
+	}
+	return out
 }
