@@ -127,7 +127,7 @@ type deviceState struct {
 	err    error
 }
 
-func (d *DRA) state(empty bool) *deviceState {
+func (d *DRA) state(empty bool, freed sets.Set[structured.DeviceID]) *deviceState {
 	s := &deviceState{d: d, slices: map[string][]*resourceapi.ResourceSlice{}, devices: map[string]int{}, empty: empty, claims: map[types.UID]*podClaims{}}
 	slices, err := d.mgr.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
@@ -165,8 +165,43 @@ func (d *DRA) state(empty bool) *deviceState {
 		s.now = ids
 	} else {
 		s.allocated.AllocatedDevices = ids
+		if freed.Len() > 0 {
+			s.allocated.AllocatedDevices = ids.Difference(freed)
+		}
 	}
 	return s
+}
+
+// devicesFreedWith are the devices of the pod's allocated claims that only pods in uids
+// use: evicting those pods gives the devices back. Nil without DRA.
+func (d *DRA) devicesFreedWith(pod *corev1.Pod, uids map[types.UID]bool) []structured.DeviceID {
+	if d == nil || !HasClaims(pod) {
+		return nil
+	}
+	var out []structured.DeviceID
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			continue
+		}
+		claim, err := d.mgr.ResourceClaims().Get(pod.Namespace, *name)
+		if err != nil || claim.Status.Allocation == nil {
+			continue
+		}
+		only := true
+		for _, c := range claim.Status.ReservedFor {
+			if !uids[c.UID] {
+				only = false
+			}
+		}
+		if !only {
+			continue
+		}
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			out = append(out, structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+		}
+	}
+	return out
 }
 
 // claimsOf resolves the pod's claims, once per planning.
@@ -381,7 +416,7 @@ func (m *Model) DeviceCheck(pod *corev1.Pod) *DeviceCheck {
 	if m.dra == nil || !HasClaims(pod) {
 		return nil
 	}
-	s := m.dra.state(false)
+	s := m.dra.state(false, nil)
 	if _, err := s.claimsOf(pod); err != nil {
 		return nil // the DynamicResources plugin reports a claim it cannot read
 	}

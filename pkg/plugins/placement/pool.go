@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -35,6 +36,8 @@ type Pool struct {
 	// for this planning, read on first use.
 	dra  *DRA
 	devs *deviceState
+	// freedDevices are allocated devices a preemption would give back.
+	freedDevices sets.Set[structured.DeviceID]
 
 	names []string
 	free  map[string]Resources
@@ -63,7 +66,7 @@ func (p *Pool) devices() *deviceState {
 		return nil
 	}
 	if p.devs == nil {
-		p.devs = p.dra.state(p.asIfEmpty)
+		p.devs = p.dra.state(p.asIfEmpty, p.freedDevices)
 	}
 	return p.devs
 }

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
@@ -39,11 +42,16 @@ func (v *Victim) Bound() int {
 }
 
 // withFreed returns copies of the victims that know what evicting each gives back, per
-// node, so a search that tries many sets of victims sums their requests only once.
-func withFreed(vs []Victim) []Victim {
+// node, so a search that tries many sets of victims sums their requests only once. The DRA
+// devices of claims only the victim's pods use count too (as DeviceKey units).
+func (m *Model) withFreed(vs []Victim) []Victim {
 	out := make([]Victim, len(vs))
 	for i, v := range vs {
 		v.freed = map[string]Resources{}
+		uids := map[types.UID]bool{}
+		for _, p := range v.Pods {
+			uids[p.UID] = true
+		}
 		for _, p := range v.Pods {
 			if p.Spec.NodeName == "" {
 				continue
@@ -54,6 +62,9 @@ func withFreed(vs []Victim) []Victim {
 				v.freed[p.Spec.NodeName] = r
 			}
 			addTo(r, PodRequests(p), 1)
+			for _, id := range m.dra.devicesFreedWith(p, uids) {
+				r[DeviceKey(id)] = 1
+			}
 		}
 		out[i] = v
 	}
@@ -88,7 +99,7 @@ func (m *Model) PlanPreemption(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req
 	all := m.GroupPods(key)
 	placed, _ := m.Split(key, all)
 	units := pendingUnits(req, all, placed, true)
-	candidates, protected = withFreed(candidates), withFreed(protected)
+	candidates, protected = m.withFreed(candidates), m.withFreed(protected)
 	try := func(victims []Victim) (*Plan, string, error) {
 		freed := map[string]Resources{}
 		for i := range victims {
@@ -224,6 +235,15 @@ func pick(vs []Victim, on []bool) []Victim {
 // reservation of the oldest blocked group, which a higher-priority group outranks.
 func (m *Model) preemptionPool(key string, freed map[string]Resources) *Pool {
 	p := NewPool(freedSource{NodeSource: m.nodes(), freed: freed}, m.Accelerators(), func(node string) Resources { return m.keptForPlacing(node, key) })
+	p.dra = m.dra
+	for _, r := range freed {
+		for _, id := range keptDevices(r) {
+			if p.freedDevices == nil {
+				p.freedDevices = sets.New[structured.DeviceID]()
+			}
+			p.freedDevices.Insert(id)
+		}
+	}
 	m.exclude(p, key)
 	return p
 }

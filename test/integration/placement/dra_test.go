@@ -91,8 +91,7 @@ func (w *world) claim(name, class, sel string) {
 	require.NoError(w.t, err)
 }
 
-// draGang makes a PodGroup of len(claims) pods, pod k using claims[k], tolerating the DRA
-// nodes' taint and asking for no device plugin GPU.
+// draGang makes a PodGroup of len(claims) pods, pod k using claims[k]; see draPod.
 func (w *world) draGang(name string, claims ...string) {
 	w.t.Helper()
 	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
@@ -100,16 +99,26 @@ func (w *world) draGang(name string, claims ...string) {
 	_, err := vc.SchedulingV1beta1().PodGroups(w.ns).Create(w.ctx, pg, metav1.CreateOptions{})
 	require.NoError(w.t, err)
 	for k, c := range claims {
-		spec := podSpec(0)
-		spec.Tolerations = []corev1.Toleration{{Key: draTaint, Operator: corev1.TolerationOpExists}}
-		spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(c)}}
-		spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, k), Namespace: w.ns,
-			Annotations: map[string]string{placement.GroupNameKey: name, placement.TaskSpecKey: fmt.Sprintf("worker-%d", k)}},
-			Spec: spec}
+		p := w.draPod(fmt.Sprintf("%s-%d", name, k), c, "")
+		p.Annotations = map[string]string{placement.GroupNameKey: name, placement.TaskSpecKey: fmt.Sprintf("worker-%d", k)}
 		_, err := kube.CoreV1().Pods(w.ns).Create(w.ctx, p, metav1.CreateOptions{})
 		require.NoError(w.t, err)
 	}
+}
+
+// draPod is a pod using the claim, tolerating the DRA nodes' taint and asking for no
+// device plugin GPU; with prefer, it prefers that node (a soft preference).
+func (w *world) draPod(name, claim, prefer string) *corev1.Pod {
+	spec := podSpec(0)
+	spec.Tolerations = []corev1.Toleration{{Key: draTaint, Operator: corev1.TolerationOpExists}}
+	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim)}}
+	spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	if prefer != "" {
+		spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{prefer}}}}}}}}
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns}, Spec: spec}
 }
 
 // allocatedDevice is the device the claim was allocated, "" while it has none.
@@ -203,6 +212,52 @@ func draBacktracks(t *testing.T) {
 		"the DynamicResources plugin allocated what the plan chose")
 	assert.GreaterOrEqual(t, placementCounter(t, "berth_placement_dra_backtracks_total", "found")-foundBefore, 1.0,
 		"the first choice failed and the search found the other allocation")
+
+	// The same two pods, on two more such nodes, through kube-scheduler's default profile
+	// (which places pod by pod: no gang): pod 0 goes where it prefers, the 80 GiB GPU, and
+	// pod 1 is left with nothing it can use though an allocation for both exists.
+	w.draNode("dra-d", "64", draGPU{"gpu-0", "80Gi"})
+	w.draNode("dra-e", "64", draGPU{"gpu-0", "40Gi"})
+	w.claim("default-any", draDriver, "")
+	w.claim("default-big", draDriver, `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0`)
+	for _, p := range []*corev1.Pod{w.draPod("default-0", "default-any", "dra-d"), w.draPod("default-1", "default-big", "")} {
+		p.Spec.SchedulerName = corev1.DefaultSchedulerName
+		p.Spec.Affinity = mergeRequired(p.Spec.Affinity, "dra-d", "dra-e")
+		_, err := kube.CoreV1().Pods(w.ns).Create(w.ctx, p, metav1.CreateOptions{})
+		require.NoError(t, err)
+		w.eventually("the default scheduler decided on "+p.Name, 30*time.Second, func() bool {
+			q, err := kube.CoreV1().Pods(w.ns).Get(w.ctx, p.Name, metav1.GetOptions{})
+			require.NoError(t, err)
+			return q.Spec.NodeName != "" || unschedulable(q)
+		})
+	}
+	assert.Equal(t, "dra-d", w.node("default-0"), "the default scheduler gives pod 0 the 80 GiB GPU")
+	q, err := kube.CoreV1().Pods(w.ns).Get(w.ctx, "default-1", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.True(t, q.Spec.NodeName == "" && unschedulable(q), "the default scheduler cannot place pod 1 after that: %+v", q.Status.Conditions)
+}
+
+// mergeRequired confines the pod to the nodes, keeping its preferences.
+func mergeRequired(a *corev1.Affinity, nodes ...string) *corev1.Affinity {
+	if a == nil {
+		a = &corev1.Affinity{}
+	}
+	if a.NodeAffinity == nil {
+		a.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: nodes}}}}}
+	return a
+}
+
+// unschedulable: the scheduler tried the pod and found no node.
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
 }
 
 // draBadClaims: a claim naming a DeviceClass that does not exist, and one whose selector no

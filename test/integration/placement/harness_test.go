@@ -92,6 +92,9 @@ func startSystem(t *testing.T) {
 			Scheduler:  &inprocess.SchedulerOptions{GangArgs: map[string]any{"permitWaitingTimeSeconds": 5, "backoffSeconds": 1}},
 			Controller: &controller.Options{},
 			Kubelet:    &inprocess.KubeletOptions{PodStartDelay: 50 * time.Millisecond, Client: kube},
+			// kube-scheduler's default profile, beside berth-scheduler as on every cluster:
+			// what berth places and it does not is shown side by side (TestDRA).
+			DefaultScheduler: true,
 		})
 		require.NoError(t, err)
 		cptest.BeforeStop(sys.Stop)
