@@ -778,9 +778,14 @@ func (m *Model) keepCapacity(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req *
 				bound = append(bound, p)
 			}
 		}
-		empty := NewPool(pool.src, pool.acc, func(node string) Resources { return m.keptForPlacing(node, key) }).emptied()
+		around := NewPool(pool.src, pool.acc, func(node string) Resources { return m.keptForPlacing(node, key) })
+		around.dra = pool.dra
+		empty := around.emptied()
 		r := &Request{Pod: pod, PodGroup: pg, Units: pendingUnits(req, all, bound, true), Placed: bound, Pool: empty, Reserving: true}
 		p, _, err := m.plan(r, req, false)
+		if err == nil && p != nil && AllocateDevices(empty, p, all) != "" {
+			p = nil // its devices cannot be kept in the order they would be allocated
+		}
 		if err != nil || p == nil {
 			m.mu.Lock()
 			b.never = true
