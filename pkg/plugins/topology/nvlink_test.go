@@ -9,6 +9,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/berth-sh/berth/pkg/plugins/placement"
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
 // nvlinkTiers is the shipped order: an optional NVLink tier below the leaf.
@@ -115,4 +116,32 @@ func TestARoleInAnNVLinkDomainWhileTheGroupSpansASpine(t *testing.T) {
 	assert.NotEqual(t, p.Sub[us[0].key].Name, p.Sub[us[1].key].Name, "two domains, one per replica")
 	assert.Equal(t, "; each role replica in a domain of its own: decode-0 in nvlink 0f3c6e2a-8d1b-4c55-9a7e-2b1d4e6f8a90.l00, prefill-0 in nvlink 0f3c6e2a-8d1b-4c55-9a7e-2b1d4e6f8a90.l01",
 		describeSubgroups(subgroupChoices(f, us, p)))
+}
+
+// TestNVLinkHyperNodeTier: with HyperNodes, the NVLink domain is the tier the HyperNodes
+// name nvlink (Volcano's convention: tier 1), here the sandbox's NVL72 fabric, one spine of
+// two racks; a refusal speaks of NVLink domains from the tier name alone.
+func TestNVLinkHyperNodeTier(t *testing.T) {
+	nvl := sim.NVL72(1, 2)
+	f, problems := FabricFromHyperNodes(nvl.HyperNodes(), nvl.Nodes())
+	require.Empty(t, problems)
+	assert.Equal(t, []int{1, 2, 3}, f.Tiers)
+	nt := &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: "nvlink"}
+	c, err := resolve(nt, f, "PodGroup spec.networkTopology")
+	require.NoError(t, err)
+	assert.Equal(t, 1, c.limit)
+	require.Len(t, f.Domains[1], 2)
+	assert.Len(t, f.Domains[1][0].Nodes, 18)
+
+	var nodes []placement.StaticNode
+	for _, n := range nvl.Nodes() {
+		nodes = append(nodes, placement.StaticNode{Node: n, Free: placement.Resources{"nvidia.com/gpu": 4, corev1.ResourceCPU: 144000, corev1.ResourcePods: 110}})
+	}
+	p := placement.NewPool(placement.StaticSource(nodes...), costs(nil), nil)
+	// 19 trays' worth: one more than a rack.
+	_, msg, _ := chooseDomain(&choice{fabric: f, group: *c, units: units("tp76", 19, 4), pool: p})
+	assert.Equal(t, "no nvlink (tier 1) can hold the group's 19 pods: they need 76 nvidia.com/gpu in one NVLink domain, the largest free one has 72; the best, nvlink-0, holds 18", msg)
+	plan, msg, _ := chooseDomain(&choice{fabric: f, group: *c, units: units("tp72", 18, 4), pool: p})
+	require.Empty(t, msg)
+	assert.Equal(t, 1, plan.Domain.Tier)
 }
