@@ -39,6 +39,8 @@ func main() {
 		}
 		return nil
 	})
+	flag.IntVar(&o.Fabric.NodesPerNVLink, "nodes-per-nvlink", o.Fabric.NodesPerNVLink, "group each leaf's nodes into NVLink domains of this many nodes (nvidia.com/gpu.clique labels, tier-1 HyperNodes; leaf and spine move up to tiers 2 and 3); 0 for none")
+	nvl72 := flag.Bool("nvl72", false, "a fabric of GB200 NVL72 racks instead: 2 spines × 2 racks, each rack a leaf and one NVLink domain of 18 nodes × 4 GPUs (the fabric flags above, when given, change it); apply examples/nvl72")
 	flag.IntVar(&o.PlainNodes, "plain-nodes", 0, "instead of the GPU fabric, this many workers without GPUs or network tiers, like kind's (for test/e2e: BERTH_E2E=1 KUBECONFIG=<--kubeconfig> go test ./test/e2e)")
 	flag.StringVar(&o.ExamplesDir, "examples", "examples", "directory of manifests to apply (every YAML document, server-side)")
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "sandbox.kubeconfig", "kubeconfig to write for kubectl while the sandbox runs (\"\" writes none)")
@@ -59,6 +61,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "sandbox: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
+	if *nvl72 {
+		o.Fabric = nvl72Fabric(flag, o.Fabric)
+	}
 	fmt.Println(version.Line("berth-sandbox"))
 	if *showVersion {
 		return
@@ -72,4 +77,27 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
 		os.Exit(1)
 	}
+}
+
+// nvl72Fabric is the NVL72 fabric with the fabric flags given on the command line applied
+// over it ("--nvl72 --spines 1" is one spine of two racks).
+func nvl72Fabric(fs *flag.FlagSet, given sim.Fabric) sim.Fabric {
+	f := sandbox.NVL72Fabric()
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "spines":
+			f.Spines = given.Spines
+		case "leaves-per-spine":
+			f.LeavesPerSpine = given.LeavesPerSpine
+		case "nodes-per-leaf":
+			f.NodesPerLeaf = given.NodesPerLeaf
+		case "nodes-per-nvlink":
+			f.NodesPerNVLink = given.NodesPerNVLink
+		case "gpus-per-node":
+			f.GPUsPerNode = given.GPUsPerNode
+		case "gpu-products":
+			f.GPUProducts = given.GPUProducts
+		}
+	})
+	return f
 }

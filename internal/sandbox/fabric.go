@@ -19,6 +19,11 @@ func DefaultFabric() sim.Fabric {
 	return sim.Fabric{Spines: 2, LeavesPerSpine: 2, NodesPerLeaf: 4, GPUsPerNode: 8, GPUProducts: []string{"h100", "a100"}}
 }
 
+// NVL72Fabric is the --nvl72 fabric: 2 spines × 2 GB200 NVL72 racks, each rack one leaf
+// and one NVLink domain of 18 nodes × 4 GPUs (72 nodes, 288 GPUs), small enough for the
+// sandbox on a laptop and enough domains to watch groups pack into them.
+func NVL72Fabric() sim.Fabric { return sim.NVL72(2, 2) }
+
 // createFabric makes the nodes and HyperNodes. Objects that already exist (a sandbox run before
 // on the same control plane) are kept as they are.
 func createFabric(ctx context.Context, f sim.Fabric, kube kubernetes.Interface, vc volcanoclient.Interface) error {

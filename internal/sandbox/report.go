@@ -194,22 +194,35 @@ func (s *snapshot) progress() map[string]string {
 // by ModelServing, group and pod.
 func (s *snapshot) table(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODELSERVING\tGROUP\tROLE\tPOD\tNODE\tLEAF\tSPINE\tGPU")
+	// The NVLink domain (GPU feature discovery's clique) is a column only on a fabric that
+	// has them (--nvl72): there it is the tier a tensor-parallel replica must not cross.
+	nvlink := false
+	for _, n := range s.nodes {
+		nvlink = nvlink || n.Labels[sim.CliqueLabel] != ""
+	}
+	cols := []string{"MODELSERVING", "GROUP", "ROLE", "POD", "NODE", "LEAF", "SPINE", "GPU"}
+	if nvlink {
+		cols = append(cols[:5], append([]string{"NVLINK"}, cols[5:]...)...)
+	}
+	fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	for _, sv := range s.servings {
 		if len(sv.pods) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\n", key(sv.ms))
+			fmt.Fprintln(tw, key(sv.ms)+strings.Repeat("\t-", len(cols)-1))
 		}
 		for _, p := range sv.pods { // pod names start with their group's: sorted by group
-			node, leaf, spine := p.Spec.NodeName, "-", "-"
+			node, clique, leaf, spine := p.Spec.NodeName, "-", "-", "-"
 			n := s.nodes[node]
 			if node == "" {
 				node = "(pending)"
 			} else if n != nil {
-				leaf, spine = orDash(n.Labels[sim.LeafLabel]), orDash(n.Labels[sim.SpineLabel])
+				clique, leaf, spine = orDash(n.Labels[sim.CliqueLabel]), orDash(n.Labels[sim.LeafLabel]), orDash(n.Labels[sim.SpineLabel])
 			}
-			gpu := gpuOf(n, &p)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", key(sv.ms), orDash(p.Labels[workloadv1alpha1.GroupNameLabel]),
-				orDash(p.Labels[workloadv1alpha1.RoleLabel]), p.Name, node, leaf, spine, gpu)
+			row := []string{key(sv.ms), orDash(p.Labels[workloadv1alpha1.GroupNameLabel]), orDash(p.Labels[workloadv1alpha1.RoleLabel]), p.Name, node}
+			if nvlink {
+				row = append(row, clique)
+			}
+			row = append(row, leaf, spine, gpuOf(n, &p))
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
 		}
 	}
 	_ = tw.Flush()

@@ -178,8 +178,12 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		if err := createFabric(ctx, f, kube, vc); err != nil {
 			return fmt.Errorf("simulated fabric: %w", err)
 		}
-		fmt.Fprintf(out, "fabric: %d nodes, %d GPUs (%s); HyperNodes: %d leaf (tier %d), %d spine (tier %d)\n",
-			f.NodeCount(), f.NodeCount()*f.GPUsPerNode, f.Describe(), f.Leaves(), sim.LeafTier, f.Spines, sim.SpineTier)
+		nvlink := ""
+		if d := f.NVLinkDomains(); d > 0 {
+			nvlink = fmt.Sprintf("%d %s (tier %d), ", d, sim.NVLinkTierName, sim.NVLinkTier)
+		}
+		fmt.Fprintf(out, "fabric: %d nodes, %d GPUs (%s); HyperNodes: %s%d leaf (tier %d), %d spine (tier %d)\n",
+			f.NodeCount(), f.NodeCount()*f.GPUsPerNode, f.Describe(), nvlink, f.Leaves(), f.LeafTier(), f.Spines, f.SpineTier())
 	}
 	if err := publishInstallation(ctx, kube); err != nil {
 		return fmt.Errorf("publishing the installation: %w", err)

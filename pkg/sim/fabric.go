@@ -12,6 +12,8 @@ import (
 
 // A simulated leaf/spine GPU fabric, the same for the sandbox and the placement benchmark:
 // nodes labelled with their leaf and spine, and the Volcano HyperNodes that describe them.
+// Optionally the nodes of a leaf are grouped into NVLink domains (GB200 NVL72 racks), the
+// lowest tier.
 
 // Node labels naming a node's place in the simulated network. The topology plugin can read
 // them (lowest tier first) when no HyperNodes exist; the sandbox and the placement benchmark create both.
@@ -21,13 +23,20 @@ const (
 )
 
 // HyperNode tiers and tier names of the simulated fabric, Volcano style: tier 1 is the
-// switch the nodes hang off, tier 2 the switch above it.
+// switch the nodes hang off, tier 2 the switch above it. A fabric with NVLink domains has
+// them as tier 1 and the leaf and spine one tier higher (Fabric.LeafTier, SpineTier).
 const (
-	LeafTier      = 1
-	LeafTierName  = "leaf"
-	SpineTier     = 2
-	SpineTierName = "spine"
+	LeafTier       = 1
+	LeafTierName   = "leaf"
+	SpineTier      = 2
+	SpineTierName  = "spine"
+	NVLinkTier     = 1
+	NVLinkTierName = "nvlink"
 )
+
+// CliqueLabel is what GPU feature discovery labels a node of an NVLink domain with:
+// "<clusterUUID>.<cliqueID>", alike on every node whose GPUs share the NVLink fabric.
+const CliqueLabel = "nvidia.com/gpu.clique"
 
 // Capacity of a simulated GPU node besides its GPUs, an 8-GPU server's (HGX H100 class: two
 // 96-core CPUs, 2 TiB of memory, about 30 TB of local NVMe), so manifests written for real
@@ -45,6 +54,10 @@ type Fabric struct {
 	LeavesPerSpine int
 	NodesPerLeaf   int
 	GPUsPerNode    int
+	// NodesPerNVLink groups each leaf's nodes into NVLink domains of this many nodes (18 for
+	// a GB200 NVL72 rack), labelled with CliqueLabel and described by tier-1 HyperNodes; 0
+	// means none. It divides NodesPerLeaf.
+	NodesPerNVLink int
 	// GPUProducts are keys of GPUProducts given to the spines in turn: spine i's nodes have
 	// GPUProducts[i % len]. Empty leaves the nodes without GPU feature discovery labels.
 	GPUProducts []string
@@ -65,6 +78,8 @@ var GPUProducts = map[string]GPUProduct{
 	"h200": {Product: "NVIDIA-H200", MemoryMiB: 143771, Family: "hopper"},
 	"a100": {Product: "NVIDIA-A100-SXM4-80GB", MemoryMiB: 81920, Family: "ampere"},
 	"l40s": {Product: "NVIDIA-L40S", MemoryMiB: 46068, Family: "ada-lovelace"},
+	// A GB200 NVL72 compute tray's Blackwell GPU.
+	"gb200": {Product: "NVIDIA-GB200", MemoryMiB: 189471, Family: "blackwell"},
 }
 
 // GPUProductNames lists the keys of GPUProducts, sorted.
@@ -83,6 +98,9 @@ func (f Fabric) Validate() error {
 		return fmt.Errorf("fabric needs at least one spine, leaf and node (got %d spines, %d leaves per spine, %d nodes per leaf)",
 			f.Spines, f.LeavesPerSpine, f.NodesPerLeaf)
 	}
+	if f.NodesPerNVLink < 0 || (f.NodesPerNVLink > 0 && f.NodesPerLeaf%f.NodesPerNVLink != 0) {
+		return fmt.Errorf("nodes per NVLink domain (%d) must divide the nodes per leaf (%d)", f.NodesPerNVLink, f.NodesPerLeaf)
+	}
 	if f.GPUsPerNode < 0 {
 		return fmt.Errorf("negative GPUs per node: %d", f.GPUsPerNode)
 	}
@@ -94,14 +112,49 @@ func (f Fabric) Validate() error {
 	return nil
 }
 
+// NVL72 is a fabric of GB200 NVL72 racks: each leaf holds one rack, an NVLink domain of 18
+// compute trays with 4 GPUs each, Grace CPUs (2 × 72 cores) and their memory.
+func NVL72(spines, racksPerSpine int) Fabric {
+	return Fabric{Spines: spines, LeavesPerSpine: racksPerSpine, NodesPerLeaf: 18, NodesPerNVLink: 18, GPUsPerNode: 4,
+		GPUProducts: []string{"gb200"}, CPU: "144", Memory: "960Gi"}
+}
+
+// NVLinkDomains is the number of NVLink domains (0 without them).
+func (f Fabric) NVLinkDomains() int {
+	if f.NodesPerNVLink <= 0 {
+		return 0
+	}
+	return f.NodeCount() / f.NodesPerNVLink
+}
+
+// LeafTier and SpineTier are the tiers of the fabric's leaf and spine HyperNodes: one
+// higher when NVLink domains are tier 1.
+func (f Fabric) LeafTier() int  { return LeafTier + f.shift() }
+func (f Fabric) SpineTier() int { return SpineTier + f.shift() }
+
+func (f Fabric) shift() int {
+	if f.NodesPerNVLink > 0 {
+		return 1
+	}
+	return 0
+}
+
 // Leaves is the number of leaf switches; NodeCount the number of nodes.
 func (f Fabric) Leaves() int    { return f.Spines * f.LeavesPerSpine }
 func (f Fabric) NodeCount() int { return f.Leaves() * f.NodesPerLeaf }
 
 // Names are numbered across the whole fabric (leaf-3 is the second leaf of spine-1 in the
 // default shape), zero-padded so that kubectl's sorted output reads in fabric order.
-func (f Fabric) spineName(s int) string { return fmt.Sprintf("spine-%d", s) }
-func (f Fabric) leafName(l int) string  { return fmt.Sprintf("leaf-%d", l) }
+func (f Fabric) spineName(s int) string  { return fmt.Sprintf("spine-%d", s) }
+func (f Fabric) leafName(l int) string   { return fmt.Sprintf("leaf-%d", l) }
+func (f Fabric) nvlinkName(d int) string { return fmt.Sprintf("nvlink-%d", d) }
+
+// clique is node n's CliqueLabel value: one made-up cluster UUID per domain and clique 0,
+// as GPU feature discovery reports a rack whose trays all share one NVLink partition.
+func (f Fabric) clique(n int) string {
+	d := n / f.NodesPerNVLink
+	return fmt.Sprintf("%08x-0000-4000-8000-%012x.0", d+1, d+1)
+}
 func (f Fabric) nodeName(n int) string {
 	return fmt.Sprintf("gpu-%0*d", len(fmt.Sprint(f.NodeCount()-1)), n)
 }
@@ -136,23 +189,34 @@ func (f Fabric) Describe() string {
 		if p := f.spineProduct(s); p != "" {
 			gpu = p
 		}
-		parts = append(parts, fmt.Sprintf("%s: %d leaves × %d nodes × %d %s", f.spineName(s), f.LeavesPerSpine, f.NodesPerLeaf, f.GPUsPerNode, gpu))
+		nodes := fmt.Sprintf("%d nodes", f.NodesPerLeaf)
+		if f.NodesPerNVLink > 0 {
+			nodes = fmt.Sprintf("one NVLink domain of %d nodes", f.NodesPerNVLink)
+			if per := f.NodesPerLeaf / f.NodesPerNVLink; per > 1 {
+				nodes = fmt.Sprintf("%d NVLink domains of %d nodes", per, f.NodesPerNVLink)
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d leaves × %s × %d %s", f.spineName(s), f.LeavesPerSpine, nodes, f.GPUsPerNode, gpu))
 	}
 	return strings.Join(parts, "; ")
 }
 
-// Nodes are the simulated GPU nodes, each labelled with its leaf and spine; the spine is
-// also the node's zone.
+// Nodes are the simulated GPU nodes, each labelled with its leaf and spine (and NVLink
+// clique, if any); the spine is also the node's zone.
 func (f Fabric) Nodes() []*corev1.Node {
 	nodes := make([]*corev1.Node, 0, f.NodeCount())
 	for s := 0; s < f.Spines; s++ {
 		for l := s * f.LeavesPerSpine; l < (s+1)*f.LeavesPerSpine; l++ {
 			for n := l * f.NodesPerLeaf; n < (l+1)*f.NodesPerLeaf; n++ {
-				nodes = append(nodes, NewNode(f.nodeName(n), f.nodeShape(s), map[string]string{
+				labels := map[string]string{
 					LeafLabel:                f.leafName(l),
 					SpineLabel:               f.spineName(s),
 					corev1.LabelTopologyZone: f.spineName(s),
-				}))
+				}
+				if f.NodesPerNVLink > 0 {
+					labels[CliqueLabel] = f.clique(n)
+				}
+				nodes = append(nodes, NewNode(f.nodeName(n), f.nodeShape(s), labels))
 			}
 		}
 	}
@@ -161,21 +225,35 @@ func (f Fabric) Nodes() []*corev1.Node {
 
 // HyperNodes describe the same fabric to Volcano and to berth-scheduler: one tier-1
 // HyperNode per leaf whose members are its nodes, one tier-2 HyperNode per spine whose
-// members are its leaves.
+// members are its leaves. With NVLink domains, one tier-1 HyperNode per domain holds its
+// nodes, and the leaves (tier 2) and spines (tier 3) hold the HyperNodes below them.
 func (f Fabric) HyperNodes() []*topologyv1alpha1.HyperNode {
 	var hns []*topologyv1alpha1.HyperNode
 	for s := 0; s < f.Spines; s++ {
 		spine := &topologyv1alpha1.HyperNode{
 			ObjectMeta: metav1.ObjectMeta{Name: f.spineName(s)},
-			Spec:       topologyv1alpha1.HyperNodeSpec{Tier: SpineTier, TierName: SpineTierName},
+			Spec:       topologyv1alpha1.HyperNodeSpec{Tier: f.SpineTier(), TierName: SpineTierName},
 		}
 		for l := s * f.LeavesPerSpine; l < (s+1)*f.LeavesPerSpine; l++ {
 			leaf := &topologyv1alpha1.HyperNode{
 				ObjectMeta: metav1.ObjectMeta{Name: f.leafName(l)},
-				Spec:       topologyv1alpha1.HyperNodeSpec{Tier: LeafTier, TierName: LeafTierName},
+				Spec:       topologyv1alpha1.HyperNodeSpec{Tier: f.LeafTier(), TierName: LeafTierName},
 			}
 			for n := l * f.NodesPerLeaf; n < (l+1)*f.NodesPerLeaf; n++ {
-				leaf.Spec.Members = append(leaf.Spec.Members, member(topologyv1alpha1.MemberTypeNode, f.nodeName(n)))
+				if f.NodesPerNVLink == 0 {
+					leaf.Spec.Members = append(leaf.Spec.Members, member(topologyv1alpha1.MemberTypeNode, f.nodeName(n)))
+					continue
+				}
+				d := n / f.NodesPerNVLink
+				if n%f.NodesPerNVLink == 0 {
+					hns = append(hns, &topologyv1alpha1.HyperNode{
+						ObjectMeta: metav1.ObjectMeta{Name: f.nvlinkName(d)},
+						Spec:       topologyv1alpha1.HyperNodeSpec{Tier: NVLinkTier, TierName: NVLinkTierName},
+					})
+					leaf.Spec.Members = append(leaf.Spec.Members, member(topologyv1alpha1.MemberTypeHyperNode, f.nvlinkName(d)))
+				}
+				nv := hns[len(hns)-1]
+				nv.Spec.Members = append(nv.Spec.Members, member(topologyv1alpha1.MemberTypeNode, f.nodeName(n)))
 			}
 			hns = append(hns, leaf)
 			spine.Spec.Members = append(spine.Spec.Members, member(topologyv1alpha1.MemberTypeHyperNode, f.leafName(l)))

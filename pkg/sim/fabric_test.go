@@ -51,3 +51,47 @@ func TestFabric(t *testing.T) {
 		assert.Equal(t, int64(4), gpus.Value())
 	}
 }
+
+// TestNVL72Fabric: 2 spines × 2 racks of 18 GB200 trays; every rack is an NVLink domain,
+// labelled as GPU feature discovery labels it and described by a tier-1 HyperNode inside
+// its leaf (tier 2), inside its spine (tier 3).
+func TestNVL72Fabric(t *testing.T) {
+	f := NVL72(2, 2)
+	require.NoError(t, f.Validate())
+	nodes := f.Nodes()
+	require.Len(t, nodes, 72)
+	assert.Equal(t, 4, f.NVLinkDomains())
+	cliques := map[string]int{}
+	for _, n := range nodes {
+		cliques[n.Labels[CliqueLabel]]++
+		assert.Equal(t, "NVIDIA-GB200", n.Labels[GPUProductLabel])
+		gpus := n.Status.Allocatable[GPUResource]
+		assert.Equal(t, int64(4), gpus.Value())
+	}
+	require.Len(t, cliques, 4)
+	for c, count := range cliques {
+		assert.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9]+$`, c, "<clusterUUID>.<cliqueID>")
+		assert.Equal(t, 18, count, "18 trays per NVLink domain")
+	}
+	byName := map[string]*topologyv1alpha1.HyperNode{}
+	for _, hn := range f.HyperNodes() {
+		byName[hn.Name] = hn
+	}
+	require.Len(t, byName, 4+4+2)
+	nv := byName["nvlink-1"]
+	assert.Equal(t, NVLinkTier, nv.Spec.Tier)
+	assert.Equal(t, NVLinkTierName, nv.Spec.TierName)
+	require.Len(t, nv.Spec.Members, 18)
+	assert.Equal(t, nodes[18].Name, nv.Spec.Members[0].Selector.ExactMatch.Name)
+	assert.Equal(t, nodes[18].Labels[CliqueLabel], nodes[35].Labels[CliqueLabel])
+	assert.NotEqual(t, nodes[17].Labels[CliqueLabel], nodes[18].Labels[CliqueLabel])
+	leaf := byName["leaf-1"]
+	assert.Equal(t, 2, leaf.Spec.Tier)
+	require.Len(t, leaf.Spec.Members, 1)
+	assert.Equal(t, "nvlink-1", leaf.Spec.Members[0].Selector.ExactMatch.Name)
+	assert.Equal(t, 3, byName["spine-0"].Spec.Tier)
+
+	bad := f
+	bad.NodesPerNVLink = 5
+	assert.EqualError(t, bad.Validate(), "nodes per NVLink domain (5) must divide the nodes per leaf (18)")
+}

@@ -38,3 +38,12 @@ func TestArgsReportEveryMistake(t *testing.T) {
 	_, err = decodeArgs(&runtime.Unknown{Raw: []byte(`{"nodeLabelTiers": [{"label": "network.berth.sh/leaf"}]}`)})
 	assert.ErrorContains(t, err, "nodeLabelTiers[0].name: Required value")
 }
+
+// The shipped NVLink tier: optional, so a cluster without clique labels keeps leaf at tier 1.
+func TestArgsOptionalTier(t *testing.T) {
+	args, err := decodeArgs(&runtime.Unknown{Raw: []byte(`{"nodeLabelTiers": [
+		{"name": "nvlink", "label": "nvidia.com/gpu.clique", "optional": true},
+		{"name": "leaf", "label": "network.berth.sh/leaf"}]}`)})
+	require.NoError(t, err)
+	assert.Equal(t, []LabelTier{{Name: "nvlink", Label: CliqueLabel, Optional: true}, {Name: "leaf", Label: "network.berth.sh/leaf"}}, args.NodeLabelTiers)
+}

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -128,6 +129,10 @@ func chooseDomain(c *choice) (p *placement.Plan, msg, reason string) {
 	if len(c.placed) > 0 {
 		msg = fmt.Sprintf("no %s (tier %d) around the group's placed pods can hold its %d other pods", tierName, limit, pods)
 	}
+	if best == nil || !best.noSubDomain {
+		// A subgroup's domain is what is missing otherwise: its own words follow.
+		msg += c.deviceShortfall(limit, zones)
+	}
 	reason = refusedNoDomain
 	if best != nil {
 		msg += fmt.Sprintf("; the best, %s, holds %d", best.where.Name, best.placedPods)
@@ -219,4 +224,52 @@ func (c *choice) simulate(t *placement.Target) *attempt {
 	a.ok = true
 	a.leftover = s.Rank(t.Name, t.List)
 	return a
+}
+
+// deviceShortfall says, for a group that asks for accelerators, how many it needs in one
+// domain of the tier and how many the freest domain has: ": they need 8 nvidia.com/gpu in
+// one NVLink domain (nvidia.com/gpu.clique), the largest free one has 6". Without it, a
+// user reads "no domain can hold" and cannot tell a full cluster from a fragmented one.
+func (c *choice) deviceShortfall(tier int, zones []*placement.Target) string {
+	need := placement.Resources{}
+	for _, u := range c.units {
+		for _, r := range u.reqs {
+			for name, v := range r {
+				if placement.IsDevice(name) {
+					need[name] += v
+				}
+			}
+		}
+	}
+	if len(need) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(need))
+	for name := range need {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	res := corev1.ResourceName(names[0]) // a group asks for one kind of accelerator
+	largest := int64(0)
+	for _, d := range c.fabric.Domains[tier] {
+		for _, zone := range zones {
+			t := restrict(d, zone)
+			if t == nil || !containsAll(t.Nodes, c.placed) {
+				continue
+			}
+			free := int64(0)
+			for _, n := range t.List {
+				free += c.pool.Free(n)[res]
+			}
+			largest = max(largest, free)
+		}
+	}
+	noun := c.fabric.TierName(tier)
+	if c.fabric.isNVLink(tier) {
+		noun = "NVLink domain"
+	}
+	if label := c.fabric.TierLabel(tier); label != "" {
+		noun += " (" + label + ")"
+	}
+	return fmt.Sprintf(": they need %d %s in one %s, the largest free one has %d", need[res], res, noun, largest)
 }

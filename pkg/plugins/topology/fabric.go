@@ -5,6 +5,7 @@ import (
 	"maps"
 	"regexp"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,9 @@ type Fabric struct {
 	// TierKeys maps a label tier's node label key to its number: kube-scheduler's Workload
 	// API names a topology by that key.
 	TierKeys map[string]int
+	// Absent are the optional label tiers left out because no node carries their label, by
+	// name, with that label: a group that asks for one is told why it is missing.
+	Absent map[string]string
 	// Domains per tier number, sorted by name.
 	Domains map[int][]*Domain
 	// nodeDomains maps a node to its domain per tier number.
@@ -62,24 +66,52 @@ func (f *Fabric) Top() int {
 	return f.Tiers[len(f.Tiers)-1]
 }
 
+// TierLabel returns the node label a label tier is read from, or "" (HyperNode tiers).
+func (f *Fabric) TierLabel(tier int) string {
+	for key, t := range f.TierKeys {
+		if t == tier {
+			return key
+		}
+	}
+	return ""
+}
+
+// CliqueLabel is the label GPU feature discovery gives a node whose GPUs share an NVLink
+// fabric (GB200/GB300 NVL72: 18 trays × 4 GPUs): "<clusterUUID>.<cliqueID>", the same value
+// on every node of one NVLink domain.
+const CliqueLabel = "nvidia.com/gpu.clique"
+
+// isNVLink says whether a tier is an NVLink domain, by its label or its name: messages
+// then speak of NVLink domains, which is what the user configured.
+func (f *Fabric) isNVLink(tier int) bool {
+	if f.TierLabel(tier) == CliqueLabel {
+		return true
+	}
+	name := f.TierName(tier)
+	return strings.EqualFold(name, "nvlink") || strings.EqualFold(name, "nvl")
+}
+
 // LabelTier is one network tier read from a node label.
 type LabelTier struct {
 	// Name is what highestTierName refers to, e.g. "leaf".
 	Name string `json:"name"`
 	// Label is the node label whose value names the node's domain at this tier.
 	Label string `json:"label"`
+	// Optional leaves the tier out, and the tiers above it keep their numbers, while no node
+	// carries the label: an NVLink tier (nvidia.com/gpu.clique) listed below the leaf then
+	// changes nothing on clusters without NVLink domains.
+	Optional bool `json:"optional,omitempty"`
 }
 
-// FabricFromLabels builds tiers from node labels: tiers[0] is tier 1. Nodes without a tier's
-// label are outside every domain of that tier.
+// FabricFromLabels builds tiers from node labels: the first tier present is tier 1. Nodes
+// without a tier's label are outside every domain of that tier. An optional tier whose
+// label no node carries is not numbered at all.
 func FabricFromLabels(tiers []LabelTier, nodes []*corev1.Node) *Fabric {
 	f := newFabric("node labels")
-	for i, t := range tiers {
-		tier := i + 1
-		f.Tiers = append(f.Tiers, tier)
-		f.TierNames[t.Name] = tier
-		f.TierKeys[t.Label] = tier
+	tier := 0
+	for _, t := range tiers {
 		byValue := map[string]*Domain{}
+		var domains []*Domain
 		for _, n := range nodes {
 			v, ok := n.Labels[t.Label]
 			if !ok || v == "" {
@@ -87,12 +119,21 @@ func FabricFromLabels(tiers []LabelTier, nodes []*corev1.Node) *Fabric {
 			}
 			d := byValue[v]
 			if d == nil {
-				d = &Domain{Tier: tier, Name: v}
+				d = &Domain{Tier: tier + 1, Name: v}
 				byValue[v] = d
-				f.Domains[tier] = append(f.Domains[tier], d)
+				domains = append(domains, d)
 			}
 			d.Nodes = append(d.Nodes, n.Name)
 		}
+		if t.Optional && len(domains) == 0 {
+			f.Absent[t.Name] = t.Label
+			continue
+		}
+		tier++
+		f.Tiers = append(f.Tiers, tier)
+		f.TierNames[t.Name] = tier
+		f.TierKeys[t.Label] = tier
+		f.Domains[tier] = domains
 	}
 	f.index()
 	return f
@@ -175,7 +216,7 @@ func FabricFromHyperNodes(hns []*topologyv1alpha1.HyperNode, nodes []*corev1.Nod
 }
 
 func newFabric(source string) *Fabric {
-	return &Fabric{Source: source, TierNames: map[string]int{}, TierKeys: map[string]int{}, Domains: map[int][]*Domain{}, nodeDomains: map[string]map[int]*Domain{}}
+	return &Fabric{Source: source, TierNames: map[string]int{}, TierKeys: map[string]int{}, Absent: map[string]string{}, Domains: map[int][]*Domain{}, nodeDomains: map[string]map[int]*Domain{}}
 }
 
 // index fills nodeDomains; a node claimed twice in one tier keeps its first domain.

@@ -40,6 +40,10 @@ func resolve(nt *volcanov1beta1.NetworkTopologySpec, f *Fabric, field string) (*
 			if !c.hard {
 				return &constraint{}, nil // soft: nothing to honour
 			}
+			if label, absent := absentTier(f, nt.HighestTierName); absent {
+				// Say why, or the user hunts for a typo in a tier that is configured.
+				return nil, fmt.Errorf("%s.highestTierName %q is not a tier of the network: no node carries its label %s (%s)", field, nt.HighestTierName, label, describeTiers(f))
+			}
 			return nil, fmt.Errorf("%s.highestTierName %q is not a tier of the network (%s)", field, nt.HighestTierName, describeTiers(f))
 		}
 		c.limit = tier
@@ -50,6 +54,20 @@ func resolve(nt *volcanov1beta1.NetworkTopologySpec, f *Fabric, field string) (*
 		return nil, fmt.Errorf("%s asks for a hard network topology, but no network tiers are known: create HyperNodes or set the plugin's nodeLabelTiers", field)
 	}
 	return c, nil
+}
+
+// absentTier finds an optional label tier left out for want of labelled nodes, by its name
+// or its label, and returns its label.
+func absentTier(f *Fabric, name string) (string, bool) {
+	if label, ok := f.Absent[name]; ok {
+		return label, true
+	}
+	for _, label := range f.Absent {
+		if label == name {
+			return label, true
+		}
+	}
+	return "", false
 }
 
 func describeTiers(f *Fabric) string {

@@ -131,7 +131,7 @@ func TestChooseDomainPicksLowestTierThenTightestFit(t *testing.T) {
 	assert.Equal(t, "s1", p.Domain.Name, "spine s0 has only 2 whole nodes left")
 
 	_, msg, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 1}, units: units("d", 3, 8), pool: pool(used)})
-	assert.Equal(t, "no leaf (tier 1) can hold the group's 3 pods; the best, l01, holds 2", msg)
+	assert.Equal(t, "no leaf (tier 1) can hold the group's 3 pods: they need 24 nvidia.com/gpu in one leaf (leaf), the largest free one has 16; the best, l01, holds 2", msg)
 
 	p, msg, _ = chooseDomain(&choice{fabric: f, group: constraint{hard: false, limit: 1}, units: units("e", 3, 8), pool: pool(used)})
 	require.Empty(t, msg)

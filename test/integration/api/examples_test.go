@@ -19,6 +19,10 @@ import (
 func TestExamplesApply(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "..", "..", "examples", "*.yaml"))
 	require.NoError(t, err)
+	// Examples for one sandbox fabric (examples/nvl72 for --nvl72) sit a directory down.
+	nested, err := filepath.Glob(filepath.Join("..", "..", "..", "examples", "*", "*.yaml"))
+	require.NoError(t, err)
+	files = append(files, nested...)
 	require.NotEmpty(t, files, "examples/ holds no manifest")
 
 	c := newClient(t)
