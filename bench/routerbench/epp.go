@@ -182,43 +182,12 @@ func runEPP(ctx context.Context, c *cluster, cfg eppConfig) (*eppReport, error) 
 			closeEngines(engines)
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
-		cl := newHTTPClient(0)
-		eppOpenLoop(ctx, h, cl, cfg.rate, cfg.warm)
-		before, _ := scrapeHistogram(h.metricsURL, h.histogram)
-		samples := eppOpenLoop(ctx, h, cl, cfg.rate, cfg.dur)
-		after, herr := scrapeHistogram(h.metricsURL, h.histogram)
+		o, samples := measureDecisions(ctx, h, cfg.rate, cfg.warm, cfg.dur)
 		h.stop()
-		cl.CloseIdleConnections()
 		closeEngines(engines)
-
-		var o latencyOutcome
-		var ds []float64
 		for i, x := range samples {
 			rows = append(rows, sampleRow("latency", s.name, i, samples[0].due, x))
-			if x.err != nil {
-				o.errs++
-				if o.firstErr == nil {
-					o.firstErr = x.err
-				}
-				continue
-			}
-			ds = append(ds, ms(x.decision))
 		}
-		slices.Sort(ds)
-		o.n = len(samples)
-		o.p50, o.p90, o.p99 = quantile.NearestRank(ds, 0.5), quantile.NearestRank(ds, 0.9), quantile.NearestRank(ds, 0.99)
-		if len(ds) > 0 {
-			o.max = ds[len(ds)-1]
-		}
-		if herr == nil {
-			o.serverN = after.count - before.count
-			if o.serverN > 0 {
-				o.serverLE1ms = (after.le1ms - before.le1ms) / o.serverN
-			}
-		} else {
-			progress("  reading %s from %s: %v", h.histogram, h.metricsURL, herr)
-		}
-		progress("  decision p50 %.3f ms, p99 %.3f ms; %.1f%% ≤ 1 ms by its own histogram; %d errors", o.p50, o.p99, 100*o.serverLE1ms, o.errs)
 		lat[s.name] = o
 	}
 
@@ -324,6 +293,46 @@ func runEPP(ctx context.Context, c *cluster, cfg eppConfig) (*eppReport, error) 
 	return &eppReport{latency: lat, quality: qual, samples: len(rows), table: b.String()}, nil
 }
 
+// measureDecisions sends eppBody through the picker at rate, for warm and then for dur,
+// and summarizes the decisions of the second part: at the data plane, and as the
+// picker's own histogram counts them.
+func measureDecisions(ctx context.Context, h *eppHandle, rate float64, warm, dur time.Duration) (latencyOutcome, []eppSample) {
+	cl := newHTTPClient(0)
+	defer cl.CloseIdleConnections()
+	eppOpenLoop(ctx, h, cl, rate, warm)
+	before, _ := scrapeHistogram(h.metricsURL, h.histogram)
+	samples := eppOpenLoop(ctx, h, cl, rate, dur)
+	after, herr := scrapeHistogram(h.metricsURL, h.histogram)
+
+	o := latencyOutcome{n: len(samples)}
+	var ds []float64
+	for _, x := range samples {
+		if x.err != nil {
+			o.errs++
+			if o.firstErr == nil {
+				o.firstErr = x.err
+			}
+			continue
+		}
+		ds = append(ds, ms(x.decision))
+	}
+	slices.Sort(ds)
+	o.p50, o.p90, o.p99 = quantile.NearestRank(ds, 0.5), quantile.NearestRank(ds, 0.9), quantile.NearestRank(ds, 0.99)
+	if len(ds) > 0 {
+		o.max = ds[len(ds)-1]
+	}
+	if herr == nil {
+		o.serverN = after.count - before.count
+		if o.serverN > 0 {
+			o.serverLE1ms = (after.le1ms - before.le1ms) / o.serverN
+		}
+	} else {
+		progress("  reading %s from %s: %v", h.histogram, h.metricsURL, herr)
+	}
+	progress("  decision p50 %.3f ms, p99 %.3f ms; %.1f%% ≤ 1 ms by its own histogram; %d errors", o.p50, o.p99, 100*o.serverLE1ms, o.errs)
+	return o, samples
+}
+
 // ensurePool creates the InferencePool of the engine pods (once per control plane).
 func (c *cluster) ensurePool(ctx context.Context) error {
 	p := &unstructured.Unstructured{Object: map[string]any{
@@ -333,8 +342,6 @@ func (c *cluster) ensurePool(ctx context.Context) error {
 		"spec": map[string]any{
 			"selector":    map[string]any{"matchLabels": map[string]any{"app": engineLabel}},
 			"targetPorts": []any{map[string]any{"number": int64(enginePort)}},
-			// The reference EPP requires an endpointPickerRef; nothing else reads it here.
-			"endpointPickerRef": map[string]any{"name": "epp", "port": map[string]any{"number": int64(9002)}},
 		},
 	}}
 	if err := c.cl.Create(ctx, p); err != nil && !strings.Contains(err.Error(), "already exists") {
@@ -396,23 +403,28 @@ func startBerthEPPProcess(ctx context.Context, bin, kubeconfig, dir string, poli
 		"http://"+aaddr+"/metrics", berthDecisionHistogram)
 }
 
-// startPeerEPP runs the reference EPP binary over the same pool, with its chart's
+// startPeerEPP runs the reference EPP binary over the same pods, with its chart's
 // scheduling configuration, plaintext and without the metrics endpoint's authentication
-// or tracing (nothing here collects traces).
+// or tracing (nothing here collects traces). It is given the pool's selector and target
+// port on its command line (its --endpoint-selector mode) rather than the pool's name:
+// with a pool name it also watches InferenceObjectives (inference.networking.x-k8s.io),
+// an API the control plane here does not serve. Either way it picks among the same Ready
+// pods on the same port. In that mode it names its endpoint pool after POD_NAME, which a
+// Deployment would set.
 func startPeerEPP(ctx context.Context, bin, kubeconfig, dir string, scrape time.Duration) (*eppHandle, error) {
 	addr, haddr, maddr, err := freePorts3()
 	if err != nil {
 		return nil, err
 	}
 	port := func(a string) string { return a[strings.LastIndex(a, ":")+1:] }
-	args := []string{"--pool-name", poolName, "--pool-namespace", namespace,
+	args := []string{"--endpoint-selector", "app=" + engineLabel, "--endpoint-target-ports", strconv.Itoa(enginePort), "--pool-namespace", namespace,
 		"--grpc-port", port(addr), "--grpc-health-port", port(haddr), "--metrics-port", port(maddr),
 		"--secure-serving=false", "--metrics-endpoint-auth=false", "--tracing=false", "--enable-pprof=false",
 		"--config-text", peerConfig}
 	if scrape > 0 {
 		args = append(args, "--refresh-metrics-interval", scrape.String())
 	}
-	return startEPPProcess(ctx, bin, args, []string{"KUBECONFIG=" + kubeconfig}, filepath.Join(dir, "peer-epp.log"), addr,
+	return startEPPProcess(ctx, bin, args, []string{"KUBECONFIG=" + kubeconfig, "POD_NAME=routerbench-peer-epp"}, filepath.Join(dir, "peer-epp.log"), addr,
 		"http://"+maddr+"/metrics", peerDecisionHistogram)
 }
 
