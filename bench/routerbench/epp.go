@@ -107,6 +107,7 @@ type eppSample struct {
 // latencyOutcome is one picker's decision latency (ms) at the fixed rate.
 type latencyOutcome struct {
 	n, errs       int
+	completed     float64 // requests/s answered: below the rate when the run could not keep up
 	firstErr      error
 	p50, p90, p99 float64
 	max           float64
@@ -244,17 +245,18 @@ func runEPP(ctx context.Context, c *cluster, cfg eppConfig) (*eppReport, error) 
 	fmt.Fprintf(&b, "### Endpoint picker: decision latency, %d engines, %.0f requests/s for %s (after %s warm-up)\n\n", cfg.engines, cfg.rate, cfg.dur, cfg.warm)
 	fmt.Fprintf(&b, "Each request is one ext_proc stream driven as Envoy drives it (pkg/router/epp/epptest, full-duplex streamed both ways): "+
 		"headers and body, the decision, the request to the endpoint named, the streamed 1-token answer back through the picker. "+
-		"Decision = from the request's last message sent to the decision received, at the data plane (client side, so it includes gRPC on loopback and waiting for CPU). "+
+		"Decision = from the request's last message sent to the decision received, at the data plane (client side, so it includes gRPC on loopback and waiting for CPU); "+
+		"completed/s = requests ÷ time until the last was answered: below the rate, the run did not keep up and the latencies are queueing. "+
 		"berth-router in %s; server side, the share of decisions its own histogram puts at ≤ 1 ms (berth: %s, parse to decision; peer: %s, scheduling only).\n\n",
 		where, berthDecisionHistogram, peerDecisionHistogram)
-	b.WriteString("| picker | requests | decision p50 ms | p90 ms | p99 ms | max ms | ≤ 1 ms (own histogram) | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| picker | requests | completed/s | decision p50 ms | p90 ms | p99 ms | max ms | ≤ 1 ms (own histogram) | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range latencySetups {
 		o := lat[s.name]
 		le := "–"
 		if o.serverN > 0 {
 			le = fmt.Sprintf("%.1f%% of %.0f", 100*o.serverLE1ms, o.serverN)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.3f | %.3f | %.3f | %.3f | %s | %d |\n", s.name, o.n, o.p50, o.p90, o.p99, o.max, le, o.errs)
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %s | %d |\n", s.name, o.n, o.completed, o.p50, o.p90, o.p99, o.max, le, o.errs)
 	}
 	bp99 := lat[berth.name].p99
 	fmt.Fprintf(&b, "\nTarget: berth-router's decision p99 ≤ 1 ms at %.0f requests/s: %.3f ms — %s\n", cfg.rate, bp99, verdict(bp99 <= 1))
@@ -301,10 +303,11 @@ func measureDecisions(ctx context.Context, h *eppHandle, rate float64, warm, dur
 	defer cl.CloseIdleConnections()
 	eppOpenLoop(ctx, h, cl, rate, warm)
 	before, _ := scrapeHistogram(h.metricsURL, h.histogram)
+	t0 := time.Now()
 	samples := eppOpenLoop(ctx, h, cl, rate, dur)
+	o := latencyOutcome{n: len(samples), completed: float64(len(samples)) / time.Since(t0).Seconds()}
 	after, herr := scrapeHistogram(h.metricsURL, h.histogram)
 
-	o := latencyOutcome{n: len(samples)}
 	var ds []float64
 	for _, x := range samples {
 		if x.err != nil {
@@ -329,7 +332,7 @@ func measureDecisions(ctx context.Context, h *eppHandle, rate float64, warm, dur
 	} else {
 		progress("  reading %s from %s: %v", h.histogram, h.metricsURL, herr)
 	}
-	progress("  decision p50 %.3f ms, p99 %.3f ms; %.1f%% ≤ 1 ms by its own histogram; %d errors", o.p50, o.p99, 100*o.serverLE1ms, o.errs)
+	progress("  decision p50 %.3f ms, p99 %.3f ms; %.1f%% ≤ 1 ms by its own histogram; %.0f requests/s completed; %d errors", o.p50, o.p99, 100*o.serverLE1ms, o.completed, o.errs)
 	return o, samples
 }
 

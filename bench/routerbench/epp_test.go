@@ -42,6 +42,9 @@ func TestEPPSmall(t *testing.T) {
 		if o.n != 200 || o.errs != 0 {
 			t.Errorf("%s: %d requests, %d errors (first: %v); want 200 picked and served", name, o.n, o.errs, o.firstErr)
 		}
+		if o.completed < 100 {
+			t.Errorf("%s: %.0f requests/s completed at 200 offered", name, o.completed)
+		}
 		if o.p50 <= 0 || o.p99 < o.p50 || o.max < o.p99 {
 			t.Errorf("%s: decision p50 %.3f, p99 %.3f, max %.3f ms: not a timed distribution", name, o.p50, o.p99, o.max)
 		}
