@@ -10,6 +10,11 @@
 //     many users) at a Poisson rate, through berth-router with round robin, least-requests
 //     and the default prefix-aware scorers, each on freshly started engines: time to first
 //     token, completed requests/s and the engines' prefix-cache hit rate.
+//   - -epp: berth-router as an endpoint picker (--mode=epp) beside a peer picker binary
+//     (-epp-peer, the Inference Extension's reference EPP), both over one InferencePool of
+//     the same engines and driven by the same emulated Envoy (pkg/router/epp/epptest):
+//     decision latency at a fixed rate, and TTFT on the quality workload against round
+//     robin. Given alone, -epp runs only this experiment.
 //
 // Progress goes to stderr, the markdown tables to stdout (and -out).
 package main
@@ -39,7 +44,7 @@ func main() {
 	conc := flag.Int("concurrency", 64, "overhead: closed-loop clients")
 	dur := flag.Duration("duration", 10*time.Second, "overhead: length of each measurement")
 	cpuProfile := flag.String("cpuprofile", "", "overhead: write a CPU profile of each path's first closed loop to PREFIX-<path>.pprof and print CPU per request by component")
-	inProcess := flag.Bool("router-in-process", false, "overhead: run berth-router inside the benchmark's process instead of as its own (implied by -cpuprofile)")
+	inProcess := flag.Bool("router-in-process", false, "overhead and epp: run berth-router inside the benchmark's process instead of as its own (implied by -cpuprofile for overhead)")
 	rate := flag.Float64("rate", 0, "overhead: open-loop rate in requests/s (0: half nginx's max in the same run)")
 	warm := flag.Duration("warmup", 3*time.Second, "overhead: closed-loop warm-up before each measurement")
 
@@ -53,7 +58,22 @@ func main() {
 	cachePrompts := flag.Float64("cache-prompts", 0, "quality: prefix cache per engine, in prompts (0: 2 × prompts/engines)")
 	load := flag.Float64("load", 0.7, "quality: offered load, fraction of what the engines serve at round robin's expected hit rate")
 	realSeconds := flag.Float64("quality-seconds", 15, "quality: real seconds of arrivals per configuration (sets TimeScale)")
+
+	doEPP := flag.Bool("epp", false, "run the endpoint picker experiment (alone, unless -overhead or -quality is given too)")
+	eppPeer := flag.String("epp-peer", "", "epp: the peer endpoint picker binary (the Inference Extension's cmd/epp; see bench/README.md); empty: berth-router's picker alone")
+	eppRate := flag.Float64("epp-rate", 1000, "epp: open-loop requests/s of the decision latency measurement")
+	eppDur := flag.Duration("epp-duration", 10*time.Second, "epp: length of the decision latency measurement")
+	eppWarm := flag.Duration("epp-warmup", 2*time.Second, "epp: warm-up at the same rate before it")
+	eppEngines := flag.Int("epp-engines", 4, "epp: engines of the decision latency measurement")
+	eppCSV := flag.String("epp-csv", "/tmp/routerbench-epp.csv", "epp: raw samples, one line per request (empty: none)")
 	flag.Parse()
+	if *doEPP {
+		// -epp alone runs the picker experiment only; the others run when asked for.
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		*doOverhead = *doOverhead && set["overhead"]
+		*doQuality = *doQuality && set["quality"]
+	}
 
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
@@ -76,20 +96,31 @@ func main() {
 		tables = append(tables, t)
 		fmt.Println(t)
 	}
+	cp := *cachePrompts
+	if cp == 0 {
+		cp = 2 * float64(*prompts) / float64(*qEngines)
+	}
+	qcfg := qualityConfig{engines: *qEngines, prompts: *prompts, users: *users, requests: *requests,
+		systemTokens: *systemTokens, userTokens: *userTokens, maxTokens: *maxTokens, cachePrompts: cp,
+		load: *load, realSeconds: *realSeconds, runs: *runs, seed: *seed}
 	if *doQuality {
-		cp := *cachePrompts
-		if cp == 0 {
-			cp = 2 * float64(*prompts) / float64(*qEngines)
-		}
-		t, err := runQuality(ctx, c, qualityConfig{engines: *qEngines, prompts: *prompts, users: *users, requests: *requests,
-			systemTokens: *systemTokens, userTokens: *userTokens, maxTokens: *maxTokens, cachePrompts: cp,
-			load: *load, realSeconds: *realSeconds, runs: *runs, seed: *seed})
+		t, err := runQuality(ctx, c, qcfg)
 		if err != nil {
 			c.stop()
 			must(err)
 		}
 		tables = append(tables, t)
 		fmt.Println(t)
+	}
+	if *doEPP {
+		r, err := runEPP(ctx, c, eppConfig{peer: *eppPeer, inProcess: *inProcess, engines: *eppEngines, rate: *eppRate, warm: *eppWarm, dur: *eppDur,
+			csv: *eppCSV, quality: qcfg})
+		if err != nil {
+			c.stop()
+			must(err)
+		}
+		tables = append(tables, r.table)
+		fmt.Println(r.table)
 	}
 	if *out != "" {
 		header := fmt.Sprintf("Command: `go run ./bench/routerbench %s` (seed %d)\n\n", strings.Join(os.Args[1:], " "), *seed)

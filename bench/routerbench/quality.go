@@ -119,6 +119,19 @@ func (cfg qualityConfig) workload(run int) []arrival {
 	return out
 }
 
+// engineConfig is the engines' configuration for the workload, and its arrival rate per
+// simulated second: TimeScale spreads the arrivals over realSeconds, and the prefix cache
+// holds cachePrompts whole prompts.
+func (cfg qualityConfig) engineConfig() (engine.Config, float64) {
+	perSec, _ := cfg.rate()
+	span := float64(cfg.requests) / perSec // simulated seconds of arrivals
+	timeScale := min(1, max(0.01, cfg.realSeconds/span))
+	promptBlocks := (cfg.systemTokens + cfg.userTokens + 4 + blockTokens - 1) / blockTokens
+	cacheBlocks := int(math.Ceil(cfg.cachePrompts * float64(promptBlocks)))
+	return engine.Config{Model: modelName, TimeScale: timeScale, PrefixCacheBlocks: cacheBlocks,
+		PrefillPerToken: prefillPerToken, DecodeBase: decodeBase, DecodePerSeq: decodePerSeq}, perSec
+}
+
 // words pads prefix with random lowercase words to n bytes.
 func words(rng *rand.Rand, prefix string, n int) string {
 	var b strings.Builder
@@ -139,13 +152,10 @@ func runQuality(ctx context.Context, c *cluster, cfg qualityConfig) (string, err
 	if err := c.setPods(ctx, ips); err != nil {
 		return "", err
 	}
-	perSec, service := cfg.rate()
-	span := float64(cfg.requests) / perSec // simulated seconds of arrivals
-	timeScale := min(1, max(0.01, cfg.realSeconds/span))
-	promptBlocks := (cfg.systemTokens + cfg.userTokens + 4 + blockTokens - 1) / blockTokens
-	cacheBlocks := int(math.Ceil(cfg.cachePrompts * float64(promptBlocks)))
-	ecfg := engine.Config{Model: modelName, TimeScale: timeScale, PrefixCacheBlocks: cacheBlocks,
-		PrefillPerToken: prefillPerToken, DecodeBase: decodeBase, DecodePerSeq: decodePerSeq}
+	ecfg, perSec := cfg.engineConfig()
+	_, service := cfg.rate()
+	span := float64(cfg.requests) / perSec
+	timeScale, cacheBlocks := ecfg.TimeScale, ecfg.PrefixCacheBlocks
 	progress("quality: %.1f requests/s (simulated) for %.0f simulated s, estimated round-robin service %s per request, TimeScale %.3f, prefix cache %d blocks per engine",
 		perSec, span, service.Round(time.Millisecond), timeScale, cacheBlocks)
 

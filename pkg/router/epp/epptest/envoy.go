@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -59,6 +60,11 @@ type Decision struct {
 	Body []byte
 	// Trailers: the picker answered the request trailers.
 	Trailers bool
+	// Sent is when the request's last message went to the picker (its headers, end of
+	// body or trailers, whichever ended it), Answered when the message carrying the
+	// decision (header answer, buffered body answer or immediate response) came back:
+	// Answered − Sent is the decision's latency as the data plane sees it.
+	Sent, Answered time.Time
 }
 
 // Endpoints is the destination header's list, primary first.
@@ -74,6 +80,7 @@ type Exchange struct {
 	Stream            extprocv3.ExternalProcessor_ProcessClient
 	reqMode, respMode filterv3.ProcessingMode_BodySendMode
 	first             bool
+	lastSent          time.Time
 }
 
 // Start opens a stream with the given request and response body modes.
@@ -102,7 +109,9 @@ func (x *Exchange) send(r *extprocv3.ProcessingRequest) error {
 		r.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: x.reqMode, ResponseBodyMode: x.respMode}
 		x.first = false
 	}
-	if err := x.Stream.Send(r); err != io.EOF {
+	err := x.Stream.Send(r)
+	x.lastSent = time.Now()
+	if err != io.EOF {
 		return err
 	}
 	// The picker ended the stream (after an immediate response): as Envoy, stop sending
@@ -182,7 +191,9 @@ func (x *Exchange) SendRequest(req Request) (*Decision, error) {
 		if err := x.sendBody(Request{Body: req.Body, Trailers: req.Trailers}, len(req.Body)+1); err != nil {
 			return nil, err
 		}
+		d.Sent = x.lastSent
 		resp, err := x.Stream.Recv()
+		d.Answered = time.Now()
 		if err != nil {
 			return d, err
 		}
@@ -255,7 +266,9 @@ func (x *Exchange) SendHeadersOnly(method, path string) error {
 }
 
 func (x *Exchange) expectHeaders(d *Decision) error {
+	d.Sent = x.lastSent
 	resp, err := x.Stream.Recv()
+	d.Answered = time.Now()
 	if err != nil {
 		return err
 	}
