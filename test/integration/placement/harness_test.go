@@ -65,6 +65,8 @@ var (
 	vc        volcanoclient.Interface
 	cl        client.Client
 	nsCount   atomic.Int32
+	// simKubelet runs the pods and is every node's DRA GPU driver.
+	simKubelet *sim.Kubelet
 )
 
 // startSystem starts, once per package, the fabric's nodes, berth-scheduler with the shipped
@@ -94,6 +96,7 @@ func startSystem(t *testing.T) {
 			Kubelet:    &inprocess.KubeletOptions{PodStartDelay: 50 * time.Millisecond, Client: kube},
 		})
 		require.NoError(t, err)
+		simKubelet = sys.Kubelet
 		cptest.BeforeStop(sys.Stop)
 		go func() { panic(fmt.Sprintf("%v", <-sys.Failed())) }()
 	})
