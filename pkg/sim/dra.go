@@ -157,3 +157,18 @@ func gpuUUID(node string, i int) string {
 	h := sha256.Sum256([]byte(fmt.Sprintf("%s/%d", node, i)))
 	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
+
+// UseDRAForGPUs turns a node's device-plugin GPUs into DRA GPUs: the nvidia.com/gpu
+// extended resource goes, and the simulated driver publishes as many devices instead.
+func UseDRAForGPUs(node *corev1.Node) {
+	q, ok := node.Status.Capacity[GPUResource]
+	if !ok || q.Value() == 0 {
+		return
+	}
+	delete(node.Status.Capacity, GPUResource)
+	delete(node.Status.Allocatable, GPUResource)
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[DRAGPUsAnnotation] = strconv.FormatInt(q.Value()+int64(DRAGPUs(node)), 10)
+}
