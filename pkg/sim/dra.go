@@ -103,8 +103,10 @@ func GPUResourceSlice(node *corev1.Node) *resourcev1.ResourceSlice {
 	devices := make([]resourcev1.Device, n)
 	for i := range n {
 		attrs := map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
-			"type":              {StringValue: ptrTo("gpu")},
-			"uuid":              {StringValue: ptrTo(gpuUUID(node.Name, i))},
+			"type": {StringValue: ptrTo("gpu")},
+			"uuid": {StringValue: ptrTo(gpuUUID(node.Name, i))},
+			// minor and index as the driver published them up to v25.3 (later releases
+			// dropped them; the device name still carries the minor).
 			"minor":             {IntValue: ptrTo(int64(i))},
 			"index":             {IntValue: ptrTo(int64(i))},
 			"productName":       {StringValue: ptrTo(info.productName)},
@@ -112,7 +114,8 @@ func GPUResourceSlice(node *corev1.Node) *resourcev1.ResourceSlice {
 			"architecture":      {StringValue: ptrTo(info.architecture)},
 			"driverVersion":     {VersionValue: ptrTo(simDriverVersion)},
 			"cudaDriverVersion": {VersionValue: ptrTo(simCUDADriverVersion)},
-			"pcieBusID":         {StringValue: ptrTo(fmt.Sprintf("0000:%02x:00.0", 0x18+i*0x10))},
+			// Kubernetes' standard attribute, which the driver publishes since v25.8.
+			"resource.kubernetes.io/pciBusID": {StringValue: ptrTo(fmt.Sprintf("0000:%02x:00.0", 0x18+i*0x10))},
 		}
 		if info.computeCapability != "" {
 			attrs["cudaComputeCapability"] = resourcev1.DeviceAttribute{VersionValue: ptrTo(info.computeCapability)}
