@@ -64,7 +64,17 @@ func (k *Kubelet) Run(ctx context.Context) {
 			k.observe(ctx, p)
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, n any) { handle(n) }})
+	// A pod removed at once (grace period 0, a lost node) is seen only as deleted: nothing
+	// stays prepared for it.
+	gone := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); ok {
+			k.unprepare(p.UID)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, n any) { handle(n) }, DeleteFunc: gone})
 	publish := func(obj any) {
 		if n, ok := obj.(*corev1.Node); ok {
 			k.publishSlice(ctx, n)
@@ -131,8 +141,12 @@ func (k *Kubelet) start(ctx context.Context, seen *corev1.Pod) {
 	k.mu.Lock()
 	delete(k.prepareErrors, uid)
 	k.mu.Unlock()
-	if err := k.markRunning(ctx, ns, name, uid); err != nil && !apierrors.IsNotFound(err) {
-		klog.FromContext(ctx).Error(err, "sim kubelet: start pod", "pod", klog.KRef(ns, name))
+	if err := k.markRunning(ctx, ns, name, uid); err != nil {
+		// Deleted while its claims were being prepared.
+		k.unprepare(uid)
+		if !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Error(err, "sim kubelet: start pod", "pod", klog.KRef(ns, name))
+		}
 	}
 }
 

@@ -224,3 +224,29 @@ func conditionTrue(conds []metav1.Condition, typ string) bool {
 	}
 	return false
 }
+
+// A node's NVLink clique label (GPU feature discovery's, which the NVL72 fabric sets) becomes
+// its DRA GPUs' cliqueID attribute, and a label set later is a new generation of the pool.
+func TestDRACliqueFromNodeLabel(t *testing.T) {
+	w := newWorld(t)
+	createDRANodes(t, w.ctx)
+	waitForSlices(w)
+	const clique = "3f1b2c9e-5d1e-4c55-9a43-0d3e6e2b7a11.4"
+	node, err := kube.CoreV1().Nodes().Get(w.ctx, draA100, metav1.GetOptions{})
+	require.NoError(t, err)
+	node.Labels["nvidia.com/gpu.clique"] = clique
+	_, err = kube.CoreV1().Nodes().Update(w.ctx, node, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	w.eventually("the slice to carry the clique", time.Minute, func() bool {
+		s, err := kube.ResourceV1().ResourceSlices().Get(w.ctx, sim.GPUSliceName(draA100), metav1.GetOptions{})
+		if err != nil || s.Spec.Pool.Generation < 2 {
+			return false
+		}
+		for _, d := range s.Spec.Devices {
+			if a, ok := d.Attributes["cliqueID"]; !ok || *a.StringValue != clique {
+				return false
+			}
+		}
+		return true
+	})
+}
