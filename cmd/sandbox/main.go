@@ -1,5 +1,6 @@
 // Command sandbox runs the whole of Berth on one machine: etcd and kube-apiserver, a
-// simulated leaf/spine fabric of GPU nodes, the simulated kubelet and engines,
+// simulated leaf/spine fabric of GPU nodes (device-plugin and DRA GPUs), the simulated
+// kubelet, DRA driver and engines,
 // berth-scheduler, berth-controller and berth-router, all in process. It applies examples/,
 // shows the ModelServings coming up, prints where every pod landed, answers a chat
 // completion through the router for every routed model, then runs until interrupted (or,
@@ -41,6 +42,16 @@ func main() {
 	})
 	flag.IntVar(&o.Fabric.NodesPerNVLink, "nodes-per-nvlink", o.Fabric.NodesPerNVLink, "group each leaf's nodes into NVLink domains of this many nodes (nvidia.com/gpu.clique labels, tier-1 HyperNodes; leaf and spine move up to tiers 2 and 3); 0 for none")
 	nvl72 := flag.Bool("nvl72", false, "a fabric of GB200 NVL72 racks instead: 2 spines × 2 racks, each rack a leaf and one NVLink domain of 18 nodes × 4 GPUs (the fabric flags above, when given, change it); apply examples/nvl72")
+	draSet := false
+	flag.Func("dra-gpus", "leaves or spines (comma-separated, e.g. leaf-3 or spine-1) whose nodes publish their GPUs through the simulated gpu.nvidia.com DRA driver instead of the nvidia.com/gpu device plugin (default: the fabric's last leaf; \"\" for none)", func(v string) error {
+		draSet, o.DRAGPUs = true, nil
+		for _, d := range strings.Split(v, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				o.DRAGPUs = append(o.DRAGPUs, d)
+			}
+		}
+		return nil
+	})
 	flag.IntVar(&o.PlainNodes, "plain-nodes", 0, "instead of the GPU fabric, this many workers without GPUs or network tiers, like kind's (for test/e2e: BERTH_E2E=1 KUBECONFIG=<--kubeconfig> go test ./test/e2e)")
 	flag.StringVar(&o.ExamplesDir, "examples", "examples", "directory of manifests to apply (every YAML document, server-side)")
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "sandbox.kubeconfig", "kubeconfig to write for kubectl while the sandbox runs (\"\" writes none)")
@@ -63,6 +74,9 @@ func main() {
 	}
 	if *nvl72 {
 		o.Fabric = nvl72Fabric(flag, o.Fabric)
+	}
+	if !draSet && !*nvl72 {
+		o.DRAGPUs = sandbox.DefaultDRAGPUs(o.Fabric)
 	}
 	fmt.Println(version.Line("berth-sandbox"))
 	if *showVersion {

@@ -21,11 +21,14 @@ import (
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	"k8s.io/kubernetes/pkg/controller/namespace"
 	"k8s.io/kubernetes/pkg/controller/replicaset"
+	"k8s.io/kubernetes/pkg/controller/resourceclaim"
 )
 
 // The kube-controller-manager loops a cluster runs that Berth's users (and tests) rely on:
 // owner references are honoured (garbage collector), a deleted namespace is emptied and goes
-// away (namespace controller), and a plain Deployment gets its ReplicaSet and pods. They are
+// away (namespace controller), a plain Deployment gets its ReplicaSet and pods, and a pod's
+// ResourceClaimTemplates become its ResourceClaims, released and deleted when the pod ends so
+// its DRA devices are free again (ResourceClaim controller). They are
 // kube-controller-manager's own controllers from k8s.io/kubernetes, wired the way its
 // controller descriptors wire them, not a copy; only their periods are shorter, so a test
 // sees a CRD installed mid-run collected within seconds.
@@ -45,8 +48,8 @@ type controllers struct {
 	running sync.WaitGroup
 }
 
-// startControllers starts the garbage collector, the namespace, Deployment and ReplicaSet
-// controllers against cfg. They run until stop.
+// startControllers starts the garbage collector, the namespace, Deployment, ReplicaSet and
+// ResourceClaim controllers against cfg. They run until stop.
 func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config) (*controllers, error) {
 	cfg = rest.CopyConfig(cfg)
 	// Deleting a namespace's contents and collecting garbage are bursts of calls; the client's
@@ -89,6 +92,17 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 	}
 	replicaSets := replicaset.NewReplicaSetController(ctx, typed.Apps().V1().ReplicaSets(),
 		typed.Core().V1().Pods(), kube, replicaset.BurstReplicas)
+	// Creates a pod's claims from its templates, takes an ended pod out of a claim's
+	// reservedFor and deletes the claims made for it, so the devices the scheduler allocated
+	// go back to the pool. kube-controller-manager starts it whenever DynamicResourceAllocation
+	// is on (GA, on by default in 1.37). The PodGroup informer is only read with the alpha
+	// workload-claims gates, which stay off here.
+	claims, err := resourceclaim.NewController(klog.FromContext(ctx), kube, typed.Core().V1().Pods(),
+		typed.Scheduling().V1beta1().PodGroups(), typed.Resource().V1().ResourceClaims(), typed.Resource().V1().ResourceClaimTemplates())
+	if err != nil {
+		c.cancel()
+		return nil, fmt.Errorf("resource claim controller: %w", err)
+	}
 	// Fills the aggregated ClusterRoles (admin, edit, view) from the roles that carry their
 	// aggregate-to labels, such as Berth's.
 	aggregation := clusterroleaggregation.NewClusterRoleAggregation(typed.Rbac().V1().ClusterRoles(), kube.RbacV1())
@@ -104,6 +118,7 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 	run(func() { namespaces.Run(ctx, controllerWorkers) })
 	run(func() { deployments.Run(ctx, controllerWorkers) })
 	run(func() { replicaSets.Run(ctx, controllerWorkers) })
+	run(func() { claims.Run(ctx, controllerWorkers) })
 	run(func() { aggregation.Run(ctx, 1) })
 	run(func() { <-ctx.Done(); typed.Shutdown(); untyped.Shutdown() })
 	return c, nil

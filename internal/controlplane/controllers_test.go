@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -136,4 +137,51 @@ func TestDeploymentGetsItsReplicaSetAndPods(t *testing.T) {
 		return err == nil && len(pods.Items) == 0, nil
 	})
 	require.NoError(t, err, "the Deployment's pods outlived it")
+}
+
+// A pod that names a ResourceClaimTemplate gets its own ResourceClaim from it (linked from the
+// pod's status and owned by the pod), and the claim goes when the pod goes, so the devices it
+// would hold are not kept for a pod that no longer exists.
+func TestResourceClaimControllerMakesAndRemovesPodClaims(t *testing.T) {
+	ctx := t.Context()
+	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	ns := newNamespace(t, kube, "claims-")
+	_, err := kube.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "two-gpus"},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
+				DeviceClassName: "gpu.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 2}}},
+		}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod, err := kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "trainer"},
+		Spec: corev1.PodSpec{
+			Containers:     []corev1.Container{{Name: "main", Image: "trainer", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}}}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To("two-gpus")}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	var claimName string
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil || len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+			return false, nil
+		}
+		claimName = *p.Status.ResourceClaimStatuses[0].ResourceClaimName
+		return true, nil
+	})
+	require.NoError(t, err, "the pod's status never named a claim made from its template")
+	claim, err := kube.ResourceV1().ResourceClaims(ns).Get(ctx, claimName, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.True(t, metav1.IsControlledBy(claim, pod), "the generated claim belongs to its pod")
+	require.Equal(t, "gpu.nvidia.com", claim.Spec.Devices.Requests[0].Exactly.DeviceClassName, "the claim is the template's spec")
+	require.EqualValues(t, 2, claim.Spec.Devices.Requests[0].Exactly.Count)
+
+	require.NoError(t, kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}))
+	gone(t, "the pod's claim", func(ctx context.Context) error {
+		_, err := kube.ResourceV1().ResourceClaims(ns).Get(ctx, claimName, metav1.GetOptions{})
+		return err
+	})
 }

@@ -36,8 +36,8 @@ func publishInstallation(ctx context.Context, kube kubernetes.Interface) error {
 			Data: map[string]string{"config.yaml": string(schedulermanifests.Config)}},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: InstallNamespace, Name: MarkerConfigMap},
 			Data: map[string]string{"components": "berth-scheduler, berth-controller, berth-router, kube-scheduler, " +
-				"kube-controller-manager's garbage collector, namespace, Deployment and ReplicaSet controllers, " +
-				"the simulated kubelet and engines: all in the sandbox process"}},
+				"kube-controller-manager's garbage collector, namespace, Deployment, ReplicaSet and ResourceClaim controllers, " +
+				"the simulated kubelet (and gpu.nvidia.com DRA driver) and engines: all in the sandbox process"}},
 	} {
 		if _, err := kube.CoreV1().ConfigMaps(InstallNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)

@@ -16,9 +16,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
@@ -34,6 +36,11 @@ import (
 type Options struct {
 	// Fabric is the simulated network of GPU nodes.
 	Fabric sim.Fabric
+	// DRAGPUs names leaves and spines of the fabric whose nodes publish their GPUs through
+	// the simulated gpu.nvidia.com DRA driver (ResourceSlices) instead of the device plugin
+	// (nvidia.com/gpu); empty keeps the device plugin everywhere. DefaultDRAGPUs is the
+	// command's default.
+	DRAGPUs []string
 	// PlainNodes, when positive, replaces the fabric with this many nodes without GPUs,
 	// network labels or HyperNodes, like a kind cluster's workers: the end-to-end suite
 	// (test/e2e) gives nodes fake GPUs and network tiers itself.
@@ -104,8 +111,13 @@ func stopControlPlane(cp *controlplane.ControlPlane, out io.Writer) {
 // stopped before it returns: the scheduler, controller and kubelet first, then the control
 // plane, which would otherwise wait for their open watches.
 func Run(ctx context.Context, o Options, out io.Writer) error {
+	var dra []*corev1.Node
 	if o.PlainNodes <= 0 {
 		if err := o.Fabric.Validate(); err != nil {
+			return err
+		}
+		var err error
+		if dra, err = draNodes(o.Fabric, o.DRAGPUs); err != nil {
 			return err
 		}
 	}
@@ -175,6 +187,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		fmt.Fprintf(out, "nodes: %d plain workers (no GPUs, no network tiers)\n", o.PlainNodes)
 	} else {
 		f := o.Fabric
+		if err := createDRANodes(ctx, dra, kube); err != nil {
+			return fmt.Errorf("simulated fabric: %w", err)
+		}
 		if err := createFabric(ctx, f, kube, vc); err != nil {
 			return fmt.Errorf("simulated fabric: %w", err)
 		}
@@ -184,6 +199,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "fabric: %d nodes, %d GPUs (%s); HyperNodes: %s%d leaf (tier %d), %d spine (tier %d)\n",
 			f.NodeCount(), f.NodeCount()*f.GPUsPerNode, f.Describe(), nvlink, f.Leaves(), f.LeafTier(), f.Spines, f.SpineTier())
+		if len(dra) > 0 {
+			fmt.Fprintf(out, "DRA GPUs: the %d nodes of %s publish theirs as %s ResourceSlices (DeviceClass %s); the others offer %s\n",
+				len(dra), strings.Join(o.DRAGPUs, ", "), sim.DRADriver, sim.GPUDeviceClassName, sim.GPUResource)
+		}
 	}
 	if err := publishInstallation(ctx, kube); err != nil {
 		return fmt.Errorf("publishing the installation: %w", err)
@@ -222,7 +241,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	failed := sys.Failed()
 	rt := sys.Routers[0]
 	routerURL := "http://" + rt.Addr()
-	fmt.Fprintf(out, "running berth-scheduler, berth-controller, berth-router (%s), kube-scheduler, kube-controller-manager's garbage collector, namespace, Deployment and ReplicaSet controllers, the simulated kubelet and engines\n", routerURL)
+	fmt.Fprintf(out, "running berth-scheduler, berth-controller, berth-router (%s), kube-scheduler, kube-controller-manager's garbage collector, namespace, Deployment, ReplicaSet and ResourceClaim controllers, the simulated kubelet (and DRA driver) and engines\n", routerURL)
 
 	ap, err := newApplier(cfg, kube)
 	if err != nil {

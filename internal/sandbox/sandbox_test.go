@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -42,6 +43,7 @@ func TestMain(m *testing.M) {
 func options() sandbox.Options {
 	return sandbox.Options{
 		Fabric:        sandbox.DefaultFabric(),
+		DRAGPUs:       sandbox.DefaultDRAGPUs(sandbox.DefaultFabric()),
 		Once:          true,
 		Timeout:       60 * time.Second,
 		PodStartDelay: 50 * time.Millisecond,
@@ -65,7 +67,7 @@ func TestExamples(t *testing.T) {
 
 	// Every routed model answered a chat completion through the router.
 	assert.Contains(t, out.String(), "berth-router serves the OpenAI API at http://127.0.0.1:")
-	for _, model := range []string{"Qwen/Qwen3-8B", "deepseek-r1", "llama-3-1-8b", "meta-llama/Llama-3.1-8B-Instruct", "qwen3-0--6b"} {
+	for _, model := range []string{"Qwen/Qwen3-8B", "deepseek-r1", "llama-3-1-8b", "meta-llama/Llama-3.1-8B-Instruct", "qwen3-0--6b", "qwen3-32b"} {
 		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(model)+` +200 in .* from default/`, out.String())
 	}
 
@@ -105,7 +107,7 @@ func TestExamples(t *testing.T) {
 		names = append(names, ms.Name)
 	}
 	require.ElementsMatch(t, []string{"deepseek-r1-tp", "qwen3-8b-pd", "llama-3-1-8b-premium", "llama-3-1-8b-h100", "llama-3-1-8b-a100",
-		"qwen3-0--6b", "llama3-405b-instruct"}, names)
+		"qwen3-0--6b", "llama3-405b-instruct", "qwen3-32b-dra"}, names)
 	var nodes corev1.NodeList
 	require.NoError(t, cl.List(ctx, &nodes))
 	nodeLabels := map[string]map[string]string{}
@@ -138,8 +140,43 @@ func TestExamples(t *testing.T) {
 			}, row[:7], "row of pod %s", p.Name)
 			assert.NotEmpty(t, labels[sim.LeafLabel])
 			assert.NotEmpty(t, labels[sim.SpineLabel])
+			if ms.Name == "qwen3-32b-dra" {
+				draPodOnItsNode(t, cl, &p)
+			}
 		}
 	}
+	assert.Contains(t, out.String(), "DRA GPUs: the 4 nodes of leaf-3 publish theirs as gpu.nvidia.com ResourceSlices")
+}
+
+// draPodOnItsNode checks that a pod of the DRA example runs on a DRA node of the last leaf
+// with two A100s of that node allocated to its claim and reported Ready by the driver.
+func draPodOnItsNode(t *testing.T, cl client.Client, p *corev1.Pod) {
+	t.Helper()
+	var node corev1.Node
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Name: p.Spec.NodeName}, &node))
+	assert.Equal(t, "8", node.Annotations[sim.DRAGPUsAnnotation], "pod %s runs on a node with 8 DRA GPUs", p.Name)
+	require.Len(t, p.Status.ResourceClaimStatuses, 1)
+	var claim resourcev1.ResourceClaim
+	require.NoError(t, cl.Get(context.Background(), client.ObjectKey{Namespace: p.Namespace, Name: *p.Status.ResourceClaimStatuses[0].ResourceClaimName}, &claim))
+	require.NotNil(t, claim.Status.Allocation, "claim of %s", p.Name)
+	require.Len(t, claim.Status.Allocation.Devices.Results, 2)
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		assert.Equal(t, sim.DRADriver, r.Driver)
+		assert.Equal(t, p.Spec.NodeName, r.Pool, "the claim's devices are on the pod's node")
+	}
+	assert.Len(t, claim.Status.Devices, 2, "the driver reported both devices prepared")
+}
+
+// A --dra-gpus name that is no leaf or spine of the fabric fails the sandbox before anything
+// starts, naming it and what the fabric has.
+func TestDRAGPUsUnknownDomain(t *testing.T) {
+	o := options()
+	o.DRAGPUs = []string{"leaf-3", "leaf-9"}
+	o.ExamplesDir = t.TempDir()
+	var out bytes.Buffer
+	err := sandbox.Run(context.Background(), o, &out)
+	require.EqualError(t, err, `DRA GPUs: "leaf-9" is no leaf or spine of the fabric (it has leaf-0, leaf-1, leaf-2, leaf-3, spine-0, spine-1)`)
+	assert.Empty(t, out.String(), "nothing started")
 }
 
 // TestDoesNotFit gives the sandbox a ModelServing whose pods ask for more GPUs than any node

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -22,7 +23,9 @@ import (
 
 // Kubelet makes bound pods Running and Ready after StartDelay, with an IP on 127.0.0.0/8,
 // for every node (it stands in for all kubelets at once). Tests use it to fail pods,
-// restart containers and lose nodes.
+// restart containers and lose nodes. It is also every node's gpu.nvidia.com DRA plugin (see
+// kubeletdra.go): it publishes the ResourceSlice of a node with DRA GPUs and starts a pod
+// only once its ResourceClaims are allocated to the node and reserved for it.
 type Kubelet struct {
 	client     kubernetes.Interface
 	startDelay time.Duration
@@ -30,6 +33,10 @@ type Kubelet struct {
 
 	mu      sync.Mutex
 	started map[string]bool // pod UIDs already being started
+	// prepared are the running pods' prepared claims; prepareErrors the last reason a
+	// pod's claims could not be prepared, so that each reason is one event.
+	prepared      map[types.UID]preparedPod
+	prepareErrors map[types.UID]string
 
 	// BeforeReady, when set, is called with a pod that has its IP, just before the kubelet
 	// reports it Running and Ready: the simulated engines start there, so an engine
@@ -39,7 +46,8 @@ type Kubelet struct {
 
 // NewKubelet returns a simulated kubelet; call Run to start it.
 func NewKubelet(client kubernetes.Interface, startDelay time.Duration) *Kubelet {
-	k := &Kubelet{client: client, startDelay: startDelay, started: map[string]bool{}}
+	k := &Kubelet{client: client, startDelay: startDelay, started: map[string]bool{},
+		prepared: map[types.UID]preparedPod{}, prepareErrors: map[types.UID]string{}}
 	// Start pod IPs at a random place in 127.0.0.0/8: test packages run as parallel
 	// processes on one loopback, and engines listen on their pods' IPs, so two kubelets
 	// counting from the same first address would hand two engines one address.
@@ -56,7 +64,24 @@ func (k *Kubelet) Run(ctx context.Context) {
 			k.observe(ctx, p)
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, n any) { handle(n) }})
+	// A pod removed at once (grace period 0, a lost node) is seen only as deleted: nothing
+	// stays prepared for it.
+	gone := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if p, ok := obj.(*corev1.Pod); ok {
+			k.unprepare(p.UID)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, n any) { handle(n) }, DeleteFunc: gone})
+	publish := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok {
+			k.publishSlice(ctx, n)
+		}
+	}
+	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: publish, UpdateFunc: func(_, n any) { publish(n) }})
 	factory.Start(ctx.Done())
 	<-ctx.Done()
 }
@@ -64,6 +89,7 @@ func (k *Kubelet) Run(ctx context.Context) {
 // observe starts a newly bound pod once, and finishes the deletion of a terminating one.
 func (k *Kubelet) observe(ctx context.Context, p *corev1.Pod) {
 	if p.Spec.NodeName != "" && p.DeletionTimestamp != nil {
+		k.unprepare(p.UID)
 		// A kubelet stops the containers, then removes the pod for good; ours stops at once.
 		go func() {
 			err := k.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
@@ -73,6 +99,9 @@ func (k *Kubelet) observe(ctx context.Context, p *corev1.Pod) {
 			}
 		}()
 		return
+	}
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		k.unprepare(p.UID)
 	}
 	if p.Spec.NodeName == "" || p.Status.Phase != "" && p.Status.Phase != corev1.PodPending {
 		return
@@ -84,11 +113,41 @@ func (k *Kubelet) observe(ctx context.Context, p *corev1.Pod) {
 	}
 	k.started[string(p.UID)] = true
 	k.mu.Unlock()
-	time.AfterFunc(k.startDelay, func() {
-		if err := k.markRunning(ctx, p.Namespace, p.Name, p.UID); err != nil && !apierrors.IsNotFound(err) {
-			klog.FromContext(ctx).Error(err, "sim kubelet: start pod", "pod", klog.KObj(p))
+	time.AfterFunc(k.startDelay, func() { k.start(ctx, p) })
+}
+
+// start prepares the pod's claims and then runs it; while its claims cannot be prepared it
+// stays Pending and start tries again. seen is the pod as it was bound.
+func (k *Kubelet) start(ctx context.Context, seen *corev1.Pod) {
+	ns, name, uid := seen.Namespace, seen.Name, seen.UID
+	if ctx.Err() != nil {
+		return
+	}
+	if len(seen.Spec.ResourceClaims) > 0 {
+		// The claims' names (and whether the pod is still wanted) are in its current status.
+		p, err := k.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || p.UID != uid || p.DeletionTimestamp != nil {
+			if err != nil && !apierrors.IsNotFound(err) {
+				klog.FromContext(ctx).Error(err, "sim kubelet: start pod", "pod", klog.KRef(ns, name))
+			}
+			return
 		}
-	})
+		if err := k.prepare(ctx, p); err != nil {
+			k.failedPrepare(ctx, p, err)
+			time.AfterFunc(prepareRetry, func() { k.start(ctx, seen) })
+			return
+		}
+	}
+	k.mu.Lock()
+	delete(k.prepareErrors, uid)
+	k.mu.Unlock()
+	if err := k.markRunning(ctx, ns, name, uid); err != nil {
+		// Deleted while its claims were being prepared.
+		k.unprepare(uid)
+		if !apierrors.IsNotFound(err) {
+			klog.FromContext(ctx).Error(err, "sim kubelet: start pod", "pod", klog.KRef(ns, name))
+		}
+	}
 }
 
 func (k *Kubelet) ip() string {

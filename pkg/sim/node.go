@@ -24,8 +24,12 @@ type NodeShape struct {
 	Memory string // e.g. "512Gi"
 	// EphemeralStorage is the node's local ephemeral storage, e.g. "30T"; empty offers none.
 	EphemeralStorage string
-	GPUs             int64
-	Pods             int // 0 means 110, the kubelet's default
+	// GPUs are offered through the device plugin, as the nvidia.com/gpu extended resource.
+	GPUs int64
+	// DRAGPUs are published through DRA instead, as the devices of a ResourceSlice of the
+	// simulated gpu.nvidia.com driver (see GPUResourceSlice); a node may have both.
+	DRAGPUs int64
+	Pods    int // 0 means 110, the kubelet's default
 
 	// Optional GPU description, written as the labels GPU feature discovery would write
 	// when non-empty; labels passed to NewNode win over them.
@@ -65,8 +69,12 @@ func NewNode(name string, shape NodeShape, labels map[string]string) *corev1.Nod
 	for k, v := range labels {
 		all[k] = v
 	}
+	var annotations map[string]string
+	if shape.DRAGPUs > 0 {
+		annotations = map[string]string{DRAGPUsAnnotation: strconv.FormatInt(shape.DRAGPUs, 10)}
+	}
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: all},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: all, Annotations: annotations},
 		Status: corev1.NodeStatus{
 			Capacity: capacity, Allocatable: capacity.DeepCopy(),
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},

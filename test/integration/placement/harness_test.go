@@ -65,6 +65,8 @@ var (
 	vc        volcanoclient.Interface
 	cl        client.Client
 	nsCount   atomic.Int32
+	// simKubelet runs the pods and is every node's DRA GPU driver.
+	simKubelet *sim.Kubelet
 )
 
 // startSystem starts, once per package, the fabric's nodes, berth-scheduler with the shipped
@@ -97,6 +99,7 @@ func startSystem(t *testing.T) {
 			DefaultScheduler: true,
 		})
 		require.NoError(t, err)
+		simKubelet = sys.Kubelet
 		cptest.BeforeStop(sys.Stop)
 		go func() { panic(fmt.Sprintf("%v", <-sys.Failed())) }()
 	})
