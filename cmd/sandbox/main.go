@@ -43,7 +43,7 @@ func main() {
 	flag.IntVar(&o.Fabric.NodesPerNVLink, "nodes-per-nvlink", o.Fabric.NodesPerNVLink, "group each leaf's nodes into NVLink domains of this many nodes (nvidia.com/gpu.clique labels, tier-1 HyperNodes; leaf and spine move up to tiers 2 and 3); 0 for none")
 	nvl72 := flag.Bool("nvl72", false, "a fabric of GB200 NVL72 racks instead: 2 spines × 2 racks, each rack a leaf and one NVLink domain of 18 nodes × 4 GPUs (the fabric flags above, when given, change it); apply examples/nvl72")
 	draSet := false
-	flag.Func("dra-gpus", "leaves or spines (comma-separated, e.g. leaf-3 or spine-1) whose nodes publish their GPUs through the simulated gpu.nvidia.com DRA driver instead of the nvidia.com/gpu device plugin (default: the fabric's last leaf; \"\" for none)", func(v string) error {
+	flag.Func("dra-gpus", "leaves or spines (comma-separated, e.g. leaf-3 or spine-1) whose nodes publish their GPUs through the simulated gpu.nvidia.com DRA driver instead of the nvidia.com/gpu device plugin (default: the fabric's last leaf, none with --nvl72; \"\" for none)", func(v string) error {
 		draSet, o.DRAGPUs = true, nil
 		for _, d := range strings.Split(v, ",") {
 			if d = strings.TrimSpace(d); d != "" {
