@@ -423,15 +423,19 @@ func (m *Model) DeviceCheck(pod *corev1.Pod) *DeviceCheck {
 	return &DeviceCheck{state: s, pod: pod}
 }
 
-// FitsAround reports whether the pod's claims can be allocated on the node without the
-// devices named in kept.
+// FitsAround reports whether what the allocator would give the pod's claims on the node
+// (first fit, as kube-scheduler's DynamicResources plugin allocates) leaves out the devices
+// named in kept.
 func (c *DeviceCheck) FitsAround(node *corev1.Node, kept Resources) bool {
 	ids := keptDevices(kept)
 	if len(ids) == 0 {
 		return true
 	}
-	_, err := c.state.allocate(context.TODO(), c.pod, node, sets.New(ids...), map[types.UID]*claimAllocation{})
-	return err == nil
+	got, err := c.state.allocate(context.TODO(), c.pod, node, nil, map[types.UID]*claimAllocation{})
+	if err != nil {
+		return true // the DynamicResources plugin refuses the node itself
+	}
+	return !intersects(got.devices, ids)
 }
 
 // CheckAllocation compares, once the pod is bound, the devices kube-scheduler's

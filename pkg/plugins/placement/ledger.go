@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -532,7 +533,7 @@ func (m *Model) PlanFor(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, req *Requi
 	p := m.Plan(key)
 	if p != nil && !p.Reservation {
 		if node, planned := p.Nodes[pod.UID]; planned {
-			if pool.Eligible(pod, node) && fitsIn(pool.Free(node), nil, p.requests[pod.UID]) && pool.devicesStillFree(p.devices[pod.UID]) {
+			if pool.Eligible(pod, node) && fitsIn(pool.Free(node), nil, p.requests[pod.UID]) && m.refreshDevices(pool, p, pod, node) {
 				out.Plan = p // the fast path: nothing else to look at
 				return out, nil
 			}
@@ -644,6 +645,74 @@ func (m *Model) plan(r *Request, req *Requirement, minMet bool) (*Plan, string, 
 		return nil, explain(req, r.Units, plannedUnits(r, p), miss, sim, len(placedPods)+len(p.Nodes), v.Reason), nil
 	}
 	return p, "", nil
+}
+
+// refreshDevices checks a planned pod's DRA devices against the cluster as it is now, just
+// before the pod is sent to its node: what the allocator gives the pod's claims there now
+// (devices freed since the plan was made come first in first fit) becomes the plan's
+// choice, so the DynamicResources plugin allocates what the plan says. False when the
+// claims no longer fit the node, or only on devices another group's plan keeps: the plan
+// is stale.
+func (m *Model) refreshDevices(pool *Pool, p *Plan, pod *corev1.Pod, node string) bool {
+	m.mu.Lock()
+	planned := p.devices[pod.UID]
+	m.mu.Unlock()
+	if len(planned) == 0 {
+		return true
+	}
+	got, ok := pool.Simulate().fitDevices(pod, node)
+	if !ok || got == nil {
+		return false
+	}
+	if sameDevices(got.devices, planned) {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.plans[p.Group] != p {
+		return false
+	}
+	old := Resources{}
+	for _, id := range planned {
+		old[DeviceKey(id)] = 1
+	}
+	if byNode := m.keptByPlan[p.Group]; byNode != nil && byNode[node] != nil {
+		addTo(byNode[node], old, -1)
+		m.unkeepLocked(node, old)
+	}
+	req := p.requests[pod.UID]
+	for k := range old {
+		delete(req, k)
+	}
+	p.assignDevices(pod.UID, got.devices)
+	fresh := Resources{}
+	for _, id := range got.devices {
+		fresh[DeviceKey(id)] = 1
+	}
+	if byNode := m.keptByPlan[p.Group]; byNode != nil {
+		if byNode[node] == nil {
+			byNode[node] = Resources{}
+		}
+		addTo(byNode[node], fresh, 1)
+	}
+	if m.kept[node] == nil {
+		m.kept[node] = Resources{}
+	}
+	addTo(m.kept[node], fresh, 1)
+	return true
+}
+
+func sameDevices(a, b []structured.DeviceID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	in := sets.New(b...)
+	for _, id := range a {
+		if !in.Has(id) {
+			return false
+		}
+	}
+	return true
 }
 
 // planPods are the pods of all that the plan gives a node.

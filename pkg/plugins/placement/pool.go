@@ -251,21 +251,3 @@ func (s staticSource) Allocatable(name string) Resources {
 	}
 	return n.Free
 }
-
-// devicesStillFree reports whether none of the devices (a plan's, for one pod) has been
-// allocated since the plan was made, or is kept by another group's plan.
-func (p *Pool) devicesStillFree(ids []structured.DeviceID) bool {
-	if len(ids) == 0 {
-		return true
-	}
-	devs := p.devices()
-	if devs == nil {
-		return true
-	}
-	for _, id := range ids {
-		if devs.allocated.AllocatedDevices.Has(id) {
-			return false
-		}
-	}
-	return true
-}

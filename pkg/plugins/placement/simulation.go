@@ -91,22 +91,34 @@ func (s *Simulation) fitDevices(pod *corev1.Pod, node string) (*podDevices, bool
 	if n == nil {
 		return nil, false
 	}
-	taken := s.taken[node]
-	if kept := s.pool.keptDevicesOn(node); len(kept) > 0 {
-		taken = taken.Clone()
-		if taken == nil {
-			taken = sets.New[structured.DeviceID]()
-		}
-		taken.Insert(kept...)
-	}
-	got, err := devs.allocate(context.TODO(), pod, n, taken, s.simClaims)
+	got, err := devs.allocate(context.TODO(), pod, n, s.taken[node], s.simClaims)
 	if err != nil {
 		if !errors.Is(err, errNoDevices) && s.claimErr == nil {
 			s.claimErr = err
 		}
 		return nil, false
 	}
+	// kube-scheduler's allocator does not know what other groups' plans keep: it takes the
+	// first devices that fit. So a node whose first fit takes a kept device does not take
+	// the pod (the gang plugin's Filter refuses it there too), even when other devices
+	// would do.
+	if kept := s.pool.keptDevicesOn(node); len(kept) > 0 && intersects(got.devices, kept) {
+		return nil, false
+	}
 	return got, true
+}
+
+func intersects(a, b []structured.DeviceID) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	in := sets.New(b...)
+	for _, id := range a {
+		if in.Has(id) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Simulation) takeDevices(pod *corev1.Pod, node string, d *podDevices) {

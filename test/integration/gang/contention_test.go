@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -26,6 +27,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
 // The contention tests load berth-scheduler with a stream of randomly shaped gangs on a
@@ -107,6 +109,70 @@ func TestContentionRandomGangStream(t *testing.T) {
 	c.requireNoViolations()
 	c.checkFastPath(hitBefore)
 	t.Logf("seed=%d: done in %s", seed, time.Since(start).Round(time.Millisecond))
+}
+
+// The same stream, with DRA GPUs: the main pool mixes nodes whose GPUs are DRA devices
+// (gpu.nvidia.com ResourceSlices) with device-plugin nodes, half each, and half its gangs
+// (the large one among them) take their GPUs from ResourceClaimTemplates; the pool beside it
+// is DRA only. The same watch and the same checks: no group partly bound, work-conserving
+// (a waiting gang counts as fitting only on nodes of its kind), no starvation.
+func TestContentionDRA(t *testing.T) {
+	seed, notes := contentionSeed(t)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
+	w := newWorld(t)
+	w.ensureGPUTemplates()
+	hitBefore, _ := counterValue(t, fastPathMetric, map[string]string{"result": "hit"})
+	w.startScheduler(60, 2)
+
+	mainPool := w.newPool("contention", true)
+	for i := 0; i < 12; i++ {
+		if i%2 == 0 {
+			w.addPoolNodeDRA(mainPool, fmt.Sprintf("dra-%02d", i), 8)
+		} else {
+			w.addPoolNode(mainPool, fmt.Sprintf("gpu-%02d", i), 8)
+		}
+	}
+	other := w.newPool("general", false)
+	for i := 0; i < 6; i++ {
+		w.addPoolNodeDRA(other, fmt.Sprintf("gen-%02d", i), 8)
+	}
+	w.addNode("cpu-0", 0, "64")
+
+	specs := contentionStream(rng, mainPool, other)
+	for _, s := range specs {
+		if s.large || s.pool == other || rng.IntN(2) == 0 {
+			s.useDRA()
+		}
+	}
+	c := &contention{w: w, seed: seed, notes: notes, specs: specs, pools: []*gpuPool{mainPool, other}}
+	c.logStream()
+
+	c.watch = w.watchGangs(seed)
+	c.watch.notes = notes
+	start := time.Now()
+	for i, s := range specs {
+		if i > 0 {
+			time.Sleep(time.Duration(100+rng.IntN(201)) * time.Millisecond)
+		}
+		c.watch.register(s)
+		w.createGang(s.name, s.minRole, s.roles...)
+		s.created = time.Since(start)
+		c.checkPodGroup(s)
+	}
+	t.Logf("seed=%d: %d gangs created in %s", seed, len(specs), time.Since(start).Round(time.Millisecond))
+	c.requireNoViolations()
+	if !c.workConserving(workConservingWithin, "the stream stopped", true) {
+		t.FailNow()
+	}
+	c.requireNoViolations()
+	c.drain()
+	c.requireNoViolations()
+	c.checkFastPath(hitBefore)
+	checked, _ := counterValue(t, "berth_placement_dra_allocation_checks_total", map[string]string{"result": "agree"})
+	differ, _ := counterValue(t, "berth_placement_dra_allocation_checks_total", map[string]string{"result": "disagree"})
+	assert.Zero(t, differ, "the DynamicResources plugin allocated what the plans chose")
+	assert.Positive(t, checked, "DRA pods went through their plans")
+	t.Logf("seed=%d: done in %s; allocations compared with the plan: %v agree, %v disagree", seed, time.Since(start).Round(time.Millisecond), checked, differ)
 }
 
 // A plan that no longer holds falls back to the full pass. A gang of two 8-GPU pods on n1,
@@ -217,6 +283,31 @@ type gpuPool struct {
 	tolerations []corev1.Toleration
 	taints      []corev1.Taint
 	nodes       []string // full node names, in creation order
+	// dra marks the nodes whose GPUs are DRA devices (gpu.nvidia.com ResourceSlices) rather
+	// than the nvidia.com/gpu extended resource.
+	dra map[string]bool
+}
+
+// addPoolNodeDRA adds a node whose GPUs are published as a ResourceSlice of the simulated
+// gpu.nvidia.com driver (no kubelet runs here, so the test publishes it).
+func (w *world) addPoolNodeDRA(p *gpuPool, name string, gpus int64) string {
+	w.t.Helper()
+	all := map[string]string{"berth.test/owner": w.ns}
+	for k, v := range p.selector {
+		all[k] = v
+	}
+	node := sim.NewNode(w.ns+"-"+name, sim.NodeShape{CPU: "128", Memory: "512Gi", DRAGPUs: gpus}, all)
+	node.Spec.Taints = p.taints
+	created, err := w.kube.CoreV1().Nodes().Create(w.ctx, node, metav1.CreateOptions{})
+	require.NoError(w.t, err)
+	_, err = w.kube.ResourceV1().ResourceSlices().Create(w.ctx, sim.GPUResourceSlice(created), metav1.CreateOptions{})
+	require.NoError(w.t, err)
+	p.nodes = append(p.nodes, created.Name)
+	if p.dra == nil {
+		p.dra = map[string]bool{}
+	}
+	p.dra[created.Name] = true
+	return created.Name
 }
 
 func (w *world) newPool(name string, tainted bool) *gpuPool {
@@ -250,6 +341,17 @@ type gangSpec struct {
 	minGPUs   []int64        // GPUs of each pod of the minimum
 	allGPUs   int64          // GPUs of all the gang's pods
 	pods      int
+	// dra: the gang's pods get their GPUs from DRA claims, so only its pool's DRA nodes
+	// can hold it.
+	dra bool
+}
+
+// useDRA makes every pod of the gang ask for its GPUs through a ResourceClaimTemplate.
+func (s *gangSpec) useDRA() {
+	s.dra = true
+	for i := range s.roles {
+		s.roles[i].dra = true
+	}
 }
 
 // newGangSpec derives the minimum the way berth-controller (and createGang) writes it; the
@@ -531,7 +633,7 @@ func (c *contention) waitingThatFit(snap *gpuSnapshot) []string {
 		if _, ok := snap.reserving[s.name]; ok {
 			continue
 		}
-		if fitsFFD(s.minGPUs, snap.freeAfterReservations(s.pool)) {
+		if fitsFFD(s.minGPUs, snap.freeFor(s.pool, s.dra)) {
 			out = append(out, fmt.Sprintf("%s (pool %s, created at +%s) waits with %d/%d pods bound; its minimum %s [GPUs per pod %v] fits; PodGroup Unschedulable: %q",
 				s.name, s.pool.name, s.created.Round(time.Millisecond), len(snap.bound[s.name]), s.pods, s.minimum(), s.minGPUs, pgMessage(snap.pgs[s.name])))
 		}
@@ -713,7 +815,7 @@ func (w *world) gpuSnapshot(specs []*gangSpec, retired func(string) bool) *gpuSn
 	require.NoError(t, err)
 	for _, n := range nodes.Items {
 		q := n.Status.Allocatable[gpu]
-		snap.alloc[n.Name] = q.Value()
+		snap.alloc[n.Name] = q.Value() + int64(sim.DRAGPUs(&n))
 	}
 	pods, err := w.kube.CoreV1().Pods(metav1.NamespaceAll).List(w.ctx, metav1.ListOptions{})
 	require.NoError(t, err)
@@ -756,6 +858,13 @@ func (w *world) gpuSnapshot(specs []*gangSpec, retired func(string) bool) *gpuSn
 		}
 		snap.reserving[pg.Name] = raw
 		for node, list := range res {
+			// A device a DRA group's reservation keeps is one GPU, named
+			// dra.berth.sh/<driver>/<pool>/<device>.
+			for k := range list {
+				if strings.HasPrefix(k, "dra.berth.sh/") {
+					snap.reserved[node]++
+				}
+			}
 			v, ok := list[string(gpu)]
 			if !ok {
 				continue
@@ -776,6 +885,18 @@ func (s *gpuSnapshot) freeAfterReservations(p *gpuPool) []int64 {
 	out := make([]int64, len(p.nodes))
 	for i, n := range p.nodes {
 		out[i] = max(0, s.alloc[n]-s.used[n]-s.reserved[n])
+	}
+	return out
+}
+
+// freeFor is freeAfterReservations on the pool's nodes of one kind: DRA nodes for a gang
+// whose pods use claims, device-plugin nodes for the others.
+func (s *gpuSnapshot) freeFor(p *gpuPool, dra bool) []int64 {
+	var out []int64
+	for _, n := range p.nodes {
+		if p.dra[n] == dra {
+			out = append(out, max(0, s.alloc[n]-s.used[n]-s.reserved[n]))
+		}
 	}
 	return out
 }
@@ -838,6 +959,14 @@ func gpuRequest(p *corev1.Pod) int64 {
 	for _, c := range p.Spec.Containers {
 		if q, ok := c.Resources.Requests[gpu]; ok {
 			n += q.Value()
+		}
+	}
+	for _, c := range p.Spec.ResourceClaims {
+		var k int64
+		if c.ResourceClaimTemplateName != nil {
+			if _, err := fmt.Sscanf(*c.ResourceClaimTemplateName, "gpus-%d", &k); err == nil {
+				n += k
+			}
 		}
 	}
 	return n

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -200,6 +201,26 @@ type role struct {
 	tolerations  []corev1.Toleration
 	// priorityClass goes on every pod of the role (the apiserver resolves its priority).
 	priorityClass string
+	// dra: the role's pods ask for their GPUs through the ResourceClaimTemplate gpus-<n>
+	// (see ensureGPUTemplates) instead of the nvidia.com/gpu extended resource.
+	dra bool
+}
+
+// ensureGPUTemplates makes the gpu.nvidia.com DeviceClass (if absent) and, in the test's
+// namespace, a ResourceClaimTemplate gpus-<n> for n = 1, 2, 4, 8 whole GPUs.
+func (w *world) ensureGPUTemplates() {
+	w.t.Helper()
+	if _, err := w.kube.ResourceV1().DeviceClasses().Create(w.ctx, sim.GPUDeviceClass(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		require.NoError(w.t, err)
+	}
+	for _, n := range []int64{1, 2, 4, 8} {
+		tmpl := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: fmt.Sprintf("gpus-%d", n)},
+			Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+				Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
+					DeviceClassName: sim.GPUDeviceClassName, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: n}}}}}}}
+		_, err := w.kube.ResourceV1().ResourceClaimTemplates(w.ns).Create(w.ctx, tmpl, metav1.CreateOptions{})
+		require.NoError(w.t, err)
+	}
 }
 
 // gangOpts are PodGroup fields beyond the minimum.
@@ -242,7 +263,7 @@ func (w *world) createGangWith(group string, minRole map[string]int, opts gangOp
 				pg.Spec.MinMember += size
 				for k := int32(0); k < size; k++ {
 					minResources[corev1.ResourceCPU] = add(minResources[corev1.ResourceCPU], resource.MustParse(orDefault(r.cpu, "100m")))
-					if r.gpus > 0 {
+					if r.gpus > 0 && !r.dra {
 						minResources[gpu] = add(minResources[gpu], *resource.NewQuantity(r.gpus, resource.DecimalSI))
 					}
 				}
@@ -270,7 +291,7 @@ func (w *world) createGangWith(group string, minRole map[string]int, opts gangOp
 
 func (w *world) gangPod(group string, r role, task string, k int) *corev1.Pod {
 	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(orDefault(r.cpu, "100m"))}
-	if r.gpus > 0 {
+	if r.gpus > 0 && !r.dra {
 		requests[gpu] = *resource.NewQuantity(r.gpus, resource.DecimalSI)
 	}
 	labels := map[string]string{labelGroup: group, labelRole: r.name, labelRoleID: task}
@@ -282,7 +303,7 @@ func (w *world) gangPod(group string, r role, task string, k int) *corev1.Pod {
 	if w.gated[name] {
 		gates = []corev1.PodSchedulingGate{{Name: "test.berth.sh/hold"}}
 	}
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: w.ns, Name: name, Labels: labels,
 			Annotations: map[string]string{groupNameKey: group, taskSpecKey: task},
@@ -297,6 +318,11 @@ func (w *world) gangPod(group string, r role, task string, k int) *corev1.Pod {
 				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limitsOf(requests)}}},
 		},
 	}
+	if r.dra && r.gpus > 0 {
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(fmt.Sprintf("gpus-%d", r.gpus))}}
+		pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+	}
+	return pod
 }
 
 func add(a, b resource.Quantity) resource.Quantity {
