@@ -167,4 +167,40 @@ func TestComputeDomainPerServingGroup(t *testing.T) {
 	_, err = w.computeDomain("nvl-0")
 	require.NoError(t, err, "the kept group keeps its domain")
 	assert.Len(t, w.pods(sel), 2)
+
+	// A rolling update replaces group nvl-0 under its ordinal: the new pods wait for a fresh
+	// domain, created once the old one went with the old pods.
+	old, err := w.computeDomain("nvl-0")
+	require.NoError(t, err)
+	oldPods := w.pods(sel)
+	w.change("nvl", func(ms *workloadv1alpha1.ModelServing) {
+		ms.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image = "vllm:v2"
+	})
+	w.eventually("nvl-0 is back on the new template with a new domain", 60*time.Second, func() bool {
+		cd, err := w.computeDomain("nvl-0")
+		if err != nil || cd.GetUID() == old.GetUID() {
+			return false
+		}
+		pods := w.pods(sel)
+		if len(pods) != 2 {
+			return false
+		}
+		for _, p := range pods {
+			for _, o := range oldPods {
+				if p.UID == o.UID {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	w.expectEvent("nvl", "Normal", workload.ReasonDeleteComputeDomain, "ComputeDomain nvl-0:")
+	cd, err = w.computeDomain("nvl-0")
+	require.NoError(t, err)
+	assert.Empty(t, cd.GetLabels()["berth.sh/compute-domain-retired"], "the new domain is not the retired one")
+	for _, p := range w.pods(sel) {
+		assert.False(t, p.CreationTimestamp.Before(ptr.To(cd.GetCreationTimestamp())), "pod %s is not older than its new domain", p.Name)
+		require.Len(t, p.Spec.ResourceClaims, 1)
+		assert.Equal(t, "nvl-0-channel", ptr.Deref(p.Spec.ResourceClaims[0].ResourceClaimTemplateName, ""))
+	}
 }
