@@ -3,6 +3,7 @@ package modelserving
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,9 @@ func (w *world) computeDomainCondition(name string) *metav1.Condition {
 // ComputeDomain per ServingGroup, before the group's pods, which claim its channel; a
 // group's domain goes with the group, after its pods. Without the CRD (or with a bad value)
 // the condition says why and nothing is created; installing the CRD later is enough.
+//
+// It must run before any test of the package installs the CRD (tests run in source order;
+// TestComputeDomainFollowsGroupRecreate is after it in this file).
 func TestComputeDomainPerServingGroup(t *testing.T) {
 	w := newWorld(t, 2)
 	sel := map[string]string{workloadv1alpha1.ModelServingNameLabel: "nvl"}
@@ -202,5 +206,49 @@ func TestComputeDomainPerServingGroup(t *testing.T) {
 		assert.False(t, p.CreationTimestamp.Before(ptr.To(cd.GetCreationTimestamp())), "pod %s is not older than its new domain", p.Name)
 		require.Len(t, p.Spec.ResourceClaims, 1)
 		assert.Equal(t, "nvl-0-channel", ptr.Deref(p.Spec.ResourceClaims[0].ResourceClaimTemplateName, ""))
+	}
+}
+
+// ServingGroupRecreate restarts a group whole: the group's new pods get a fresh domain, the
+// old one deleted once the old pods are gone; pods never claim a retired domain.
+func TestComputeDomainFollowsGroupRecreate(t *testing.T) {
+	w := newWorld(t, 2)
+	dir, err := filepath.Abs(filepath.Join("testdata", "computedomain"))
+	require.NoError(t, err)
+	require.NoError(t, cp.InstallCRDs(w.ctx, dir))
+	sel := map[string]string{workloadv1alpha1.ModelServingNameLabel: "rec"}
+	manifest := strings.Replace(nvl("rec", "true", 1), "  replicas: 1\n", "  replicas: 1\n  recoveryPolicy: ServingGroupRecreate\n", 1)
+	w.apply(manifest)
+	w.eventually("the group's pods exist", 60*time.Second, func() bool { return len(w.pods(sel)) == 2 })
+	old, err := w.computeDomain("rec-0")
+	require.NoError(t, err)
+	before := w.pods(sel)
+
+	require.NoError(t, kubelet.FailPod(w.ctx, w.ns, "rec-0-server-0-1"))
+	w.eventually("the group is recreated with a new domain", 60*time.Second, func() bool {
+		cd, err := w.computeDomain("rec-0")
+		if err != nil || cd.GetUID() == old.GetUID() {
+			return false
+		}
+		pods := w.pods(sel)
+		if len(pods) != 2 {
+			return false
+		}
+		for _, p := range pods {
+			for _, o := range before {
+				if p.UID == o.UID {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	w.expectEvent("rec", "Warning", workload.ReasonRecreateGroup, "rec-0")
+	w.expectEvent("rec", "Normal", workload.ReasonDeleteComputeDomain, "ComputeDomain rec-0: the group it served was recreated")
+	cd, err := w.computeDomain("rec-0")
+	require.NoError(t, err)
+	for _, p := range w.pods(sel) {
+		assert.False(t, p.CreationTimestamp.Before(ptr.To(cd.GetCreationTimestamp())), "pod %s is not older than the new domain", p.Name)
+		assert.Equal(t, "rec-0-channel", ptr.Deref(p.Spec.ResourceClaims[0].ResourceClaimTemplateName, ""))
 	}
 }
