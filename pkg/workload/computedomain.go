@@ -247,6 +247,7 @@ func (r *Reconciler) ensureComputeDomain(ctx context.Context, ms *workloadv1alph
 		} else if err != nil {
 			return 0, fmt.Errorf("create ComputeDomain %s: %w", name, err)
 		}
+		computeDomainOps.WithLabelValues("create").Inc()
 		logger.V(2).Info("created ComputeDomain", "computeDomain", klog.KObj(want), "group", workloadv1alpha1.ServingGroupName(ms.Name, i))
 		r.Recorder.Eventf(ms, computeDomainRef(ms.Namespace, name), corev1.EventTypeNormal, ReasonCreateComputeDomain, actionCreate,
 			"created ComputeDomain %s for ServingGroup %s; its pods claim ResourceClaimTemplate %s", name, workloadv1alpha1.ServingGroupName(ms.Name, i), ComputeDomainChannelTemplate(ms.Name, i))
@@ -329,6 +330,7 @@ func (r *Reconciler) deleteComputeDomain(ctx context.Context, ms *workloadv1alph
 	if err := r.Delete(ctx, cd, client.Preconditions{UID: &uid}); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	computeDomainOps.WithLabelValues("delete").Inc()
 	log.FromContext(ctx).V(2).Info("deleted ComputeDomain", "computeDomain", klog.KObj(cd), "why", why)
 	r.Recorder.Eventf(ms, computeDomainRef(cd.GetNamespace(), cd.GetName()), corev1.EventTypeNormal, ReasonDeleteComputeDomain, actionDelete,
 		"deleted ComputeDomain %s: %s", cd.GetName(), why)

@@ -68,6 +68,8 @@ func (w *world) computeDomainCondition(name string) *metav1.Condition {
 func TestComputeDomainPerServingGroup(t *testing.T) {
 	w := newWorld(t, 2)
 	sel := map[string]string{workloadv1alpha1.ModelServingNameLabel: "nvl"}
+	created0, _ := metricValue(t, "berth_modelserving_compute_domains_total", map[string]string{"operation": "create"})
+	deleted0, _ := metricValue(t, "berth_modelserving_compute_domains_total", map[string]string{"operation": "delete"})
 
 	// No CRD yet: refused, naming the CRD; no pod and no PodGroup.
 	w.apply(nvl("nvl", "true", 2))
@@ -116,6 +118,9 @@ func TestComputeDomainPerServingGroup(t *testing.T) {
 		cond = w.computeDomainCondition("nvl")
 		return cond != nil && cond.Status == metav1.ConditionTrue
 	})
+
+	created, _ := metricValue(t, "berth_modelserving_compute_domains_total", map[string]string{"operation": "create"})
+	assert.Equal(t, created0+2, created, "berth_modelserving_compute_domains_total{operation=create} counts both domains")
 
 	ms := w.get("nvl")
 	for i := 0; i < 2; i++ {
@@ -168,6 +173,8 @@ func TestComputeDomainPerServingGroup(t *testing.T) {
 		return apierrors.IsNotFound(err)
 	})
 	w.expectEvent("nvl", "Normal", workload.ReasonDeleteComputeDomain, "ComputeDomain nvl-1:")
+	deleted, _ := metricValue(t, "berth_modelserving_compute_domains_total", map[string]string{"operation": "delete"})
+	assert.Equal(t, deleted0+1, deleted, "berth_modelserving_compute_domains_total{operation=delete} counts the deletion")
 	_, err = w.computeDomain("nvl-0")
 	require.NoError(t, err, "the kept group keeps its domain")
 	assert.Len(t, w.pods(sel), 2)
