@@ -41,7 +41,8 @@ type Reconciler struct {
 
 // RBAC (manifests/controller/role.yaml is generated from these markers): the ModelServing
 // reconciler reads ModelServings and writes their status; it owns pods, headless Services,
-// Volcano PodGroups and ControllerRevisions. deleteGroup removes a group's pods in one
+// Volcano PodGroups and ControllerRevisions, and NVIDIA ComputeDomains for the ModelServings
+// annotated berth.sh/compute-domain (read uncached: the CRD is optional). deleteGroup removes a group's pods in one
 // request (deletecollection). It never binds a pod or writes a node.
 //
 // +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings,verbs=get;list;watch
@@ -49,6 +50,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods;services,verbs=get;list;watch;create;delete;deletecollection
 // +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=resource.nvidia.com,resources=computedomains,verbs=get;list;create;patch;delete
 
 // SetupWithManager registers the reconciler and what it watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -115,8 +117,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	chain, pluginErr := plugins.NewChain(ms.Spec.Plugins)
 	if pluginErr != nil {
 		r.refusePlugins(ctx, ms, pluginErr)
-		return ctrl.Result{}, r.writeStatus(ctx, ms, revision, groups, pluginErr)
+		return ctrl.Result{}, r.writeStatus(ctx, ms, revision, groups, pluginErr, nil)
 	}
+	// ComputeDomains (annotation berth.sh/compute-domain): with a bad value, or without the
+	// CRD, no group can get its domain, so nothing is created or deleted until that changes.
+	cdOn, cdErr := wantsComputeDomains(ms)
+	if cdErr == nil && cdOn {
+		cdErr = r.checkComputeDomainCRD(ctx, ms)
+	}
+	if cdErr != nil {
+		var ce *computeDomainError
+		if !errors.As(cdErr, &ce) {
+			return ctrl.Result{}, cdErr
+		}
+		r.refuseComputeDomains(ctx, ms, cdErr)
+		// Nothing watched says when the CRD appears: look again.
+		return ctrl.Result{RequeueAfter: computeDomainRetry}, r.writeStatus(ctx, ms, revision, groups, nil, cdErr)
+	}
+	domains := newComputeDomains(cdOn, owned)
 
 	// Rollout: replace groups on an old revision within maxUnavailable and maxSurge
 	// (ServingGroupRollingUpdate), or outdated role replicas within each role's
@@ -161,7 +179,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var requeue time.Duration
 	templates := newRevisionTemplates(r.Client, ms, revision)
 	for _, idx := range sortedIndices(groups) {
-		wait, err := r.ensureGroup(ctx, ms, revision, groups[idx], chain, templates)
+		wait, err := r.ensureGroup(ctx, ms, revision, groups[idx], chain, templates, domains)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -178,10 +196,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.pruneRevisions(ctx, ms, revision, groups); err != nil {
 		return ctrl.Result{}, err
 	}
+	if cdOn || anyComputeDomainClaim(owned) {
+		if err := r.pruneComputeDomains(ctx, ms, groups, domains); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if requeue > 0 {
 		logger.V(4).Info("waiting out a restart grace period", "requeueAfter", requeue)
 	}
-	return ctrl.Result{RequeueAfter: requeue}, r.writeStatus(ctx, ms, revision, groups, nil)
+	return ctrl.Result{RequeueAfter: requeue}, r.writeStatus(ctx, ms, revision, groups, nil, nil)
 }
 
 // refusePlugins records, once per change of the problem, a Warning event naming the plugin
@@ -253,7 +276,7 @@ func sortedIndices(groups map[int]*servingGroup) []int {
 // ensureGroup creates whatever of group g is missing and applies the recovery policy to
 // what is broken. It returns how soon to look again when a recovery waits out its grace period.
 func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, g *servingGroup,
-	chain *plugins.Chain, templates *revisionTemplates) (time.Duration, error) {
+	chain *plugins.Chain, templates *revisionTemplates, domains *computeDomains) (time.Duration, error) {
 	groupRevision := g.revision()
 	if needsPodGroup(ms) {
 		if err := r.ensurePodGroup(ctx, ms, g.index); err != nil {
@@ -290,7 +313,19 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 		}
 	}
 	if len(plan.deletions) > 0 {
+		if domains.on && plan.deletions[0].reason == ReasonRecreateGroup {
+			// The group restarts whole: it gets a fresh domain once these pods are gone.
+			if err := r.retireComputeDomain(ctx, ms, g.index); err != nil {
+				return 0, err
+			}
+		}
 		return 0, nil // recreate on a later pass, once every deleted pod is gone
+	}
+	if domains.on && missingPods(g, units) {
+		// The domain comes first: its pods claim the channel template it names.
+		if wait, err := r.ensureComputeDomain(ctx, ms, g.index, domains); err != nil || wait > 0 {
+			return wait, err
+		}
 	}
 	for _, u := range units {
 		if u.role.WorkerReplicas > 0 {
@@ -311,6 +346,9 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 			if err := chain.OnPodCreate(&plugins.Pod{ModelServing: ms, Group: g.index, Role: role.Name,
 				RoleID: workloadv1alpha1.RoleReplicaName(role.Name, u.replica), Worker: k, Pod: pod}); err != nil {
 				return 0, err
+			}
+			if domains.on {
+				wireComputeDomain(pod, ms.Name, g.index)
 			}
 			if err := r.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
 				if err := r.removeStale(ctx, ms, pod); err != nil {
@@ -424,7 +462,15 @@ func (r *Reconciler) deleteGroup(ctx context.Context, ms *workloadv1alpha1.Model
 		}
 	}
 	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ms.Namespace, Name: group}}
-	return client.IgnoreNotFound(r.Delete(ctx, pg))
+	if err := r.Delete(ctx, pg); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	if on, _ := wantsComputeDomains(ms); on {
+		// Its ComputeDomain goes once the pods are gone (pruneComputeDomains, or
+		// ensureComputeDomain when the same ordinal comes back at once).
+		return r.retireComputeDomain(ctx, ms, idx)
+	}
+	return nil
 }
 
 // ensureRevision records the template as a ControllerRevision and returns its hash
@@ -501,8 +547,9 @@ func (r *Reconciler) pruneRevisions(ctx context.Context, ms *workloadv1alpha1.Mo
 
 // writeStatus derives the status from the groups and writes it when it changed.
 //
-// Which groups count as updated is groupUpdated's rule. pluginErr, when not nil, is why spec.plugins is refused (condition PluginsAccepted).
-func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup, pluginErr error) error {
+// Which groups count as updated is groupUpdated's rule. pluginErr, when not nil, is why spec.plugins is refused (condition PluginsAccepted);
+// cdErr why the ComputeDomain annotation cannot be honoured (condition ComputeDomainsReady).
+func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup, pluginErr, cdErr error) error {
 	want := int32(ptr.Deref(ms.Spec.Replicas, 1))
 	st := ms.Status.DeepCopy()
 	st.ObservedGeneration = ms.Generation
@@ -526,6 +573,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.Model
 	st.UpdateRevision = revision
 	st.LabelSelector = workloadv1alpha1.ScaleSelector(ms)
 	setPluginsCondition(st, ms, pluginErr)
+	if pluginErr == nil { // refused plugins stop the pass before the annotation is read
+		setComputeDomainsCondition(st, ms, cdErr)
+	}
 
 	setCondition(st, workloadv1alpha1.ModelServingAvailable, st.AvailableReplicas >= want,
 		"AllGroupsReady", fmt.Sprintf("%d/%d ServingGroups ready", st.AvailableReplicas, want),

@@ -16,6 +16,10 @@ var (
 		Name: "berth_modelserving_recoveries_total",
 		Help: "Recovery decisions taken, by kind (ReplacePod, RecreateRole, RecreateGroup).",
 	}, []string{"decision"})
+	computeDomainOps = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_modelserving_compute_domains_total",
+		Help: "NVIDIA ComputeDomains the ModelServing reconciler created or deleted for ServingGroups, by operation (create, delete).",
+	}, []string{"operation"})
 	groupsByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "berth_modelserving_groups",
 		Help: "ServingGroups of each ModelServing by state (available, unavailable).",
@@ -23,7 +27,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(reconcileSeconds, groupsByState, recoveries)
+	metrics.Registry.MustRegister(reconcileSeconds, groupsByState, recoveries, computeDomainOps)
 }
 
 // forgetModelServing deletes a ModelServing's per-ModelServing series.
