@@ -66,7 +66,7 @@ func TestLedgerCountsDomainsOverMultiPodGroups(t *testing.T) {
 	}
 }
 
-// TestNVLinkDomainsWithDRAGPUs runs a tiny NVL72 bench: two NVLink domains of 3 nodes of 4
+// TestNVLinkDomainsWithDRAGPUs runs a tiny NVL72 bench: two NVLink domains of 4 nodes of 4
 // DRA GPUs, groups of 1–3 whole-node pods claiming their GPUs through one
 // ResourceClaimTemplate. Berth's groups ask for one domain: every multi-pod group it places
 // must be inside one, and neither scheduler may fail a group the fit check places.
@@ -74,12 +74,12 @@ func TestNVLinkDomainsWithDRAGPUs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane and both schedulers")
 	}
-	f := newFabricOf(sim.Fabric{Spines: 1, LeavesPerSpine: 2, NodesPerLeaf: 3, NodesPerNVLink: 3, GPUsPerNode: 4,
+	f := newFabricOf(sim.Fabric{Spines: 1, LeavesPerSpine: 2, NodesPerLeaf: 4, NodesPerNVLink: 4, GPUsPerNode: 4,
 		GPUProducts: []string{"gb200"}, CPU: "144", Memory: "960Gi"}, true)
-	if got := len(f.nodes); got != 6 || !f.hasDomains() {
+	if got := len(f.nodes); got != 8 || !f.hasDomains() {
 		t.Fatalf("fabric: %d nodes, domains %v", got, f.domain)
 	}
-	o := options{fabric: f, seed: 1, repeat: 1, weights: "4:1", maxPods: 3, maxGroups: 8,
+	o := options{fabric: f, seed: 1, repeat: 1, weights: "4:1", maxPods: 3, maxGroups: 10,
 		modes: []mode{berthMode, defaultMode}, timeout: 30 * time.Second, stopAfter: 3}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

@@ -258,8 +258,9 @@ func (b *bench) withdraw(ctx context.Context, tr *tracker, ns string, m mode, gr
 			return fmt.Errorf("withdrawing %v: %w", names, err)
 		}
 	}
-	// The scheduler's informer sees the same deletions as the bench's; give it a moment so
-	// the next group is not judged against capacity the bench already counts free.
+	// The scheduler's informer sees the same deletions (of pods and claims) as the bench;
+	// give it a moment so the next group is not judged against capacity the bench already
+	// counts free.
 	time.Sleep(50 * time.Millisecond)
 	return nil
 }
