@@ -52,9 +52,10 @@ func (l *ledger) freeNodes() int {
 }
 
 // spread counts, over the groups of more than one pod (a single pod is trivially inside
-// every domain), those whose pods all sit in one leaf and those that span spines.
+// every domain), those whose pods all sit in one leaf, in one NVLink domain (on a fabric
+// that has them) and those that span spines.
 type spread struct {
-	multiPod, oneLeaf, manySpines int
+	multiPod, oneLeaf, oneDomain, manySpines int
 }
 
 func (l *ledger) spread() spread {
@@ -64,13 +65,17 @@ func (l *ledger) spread() spread {
 			continue
 		}
 		s.multiPod++
-		leaves, spines := map[string]bool{}, map[string]bool{}
+		leaves, spines, domains := map[string]bool{}, map[string]bool{}, map[string]bool{}
 		for _, n := range p.nodes {
 			leaves[l.fabric.leaf[n]] = true
 			spines[l.fabric.spine[n]] = true
+			domains[l.fabric.domain[n]] = true
 		}
 		if len(leaves) == 1 {
 			s.oneLeaf++
+		}
+		if len(domains) == 1 && l.fabric.hasDomains() {
+			s.oneDomain++
 		}
 		if len(spines) > 1 {
 			s.manySpines++

@@ -13,6 +13,12 @@
 // order: create the pods, wait until each is bound or reported unschedulable. A group not
 // bound whole is withdrawn (its pods deleted). The run records the state at the first group
 // that could not be placed, then feeds on until a group of whole-node pods cannot be placed.
+// With -fabric nvl72 the fabric is GB200 NVL72 racks (NVLink domains of 18 nodes × 4 GPUs),
+// the stream tensor-parallel groups of 4..72 GPUs in pods of 4, and berth's PodGroups ask
+// for one NVLink domain (hard); -dra gives the nodes DRA GPUs that pods claim. Feeding goes
+// on past the first failure, counting the groups a scheduler failed although the bench's fit
+// check (enough free nodes in one domain) places them.
+//
 // See bench/README.md, "Placement quality".
 package main
 
@@ -30,82 +36,160 @@ import (
 	volcanoclient "volcano.sh/apis/pkg/client/clientset/versioned"
 
 	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
+// options are the bench's settings, from the flags.
+type options struct {
+	fabric    *fabric
+	seed      uint64
+	repeat    int
+	weights   string
+	maxPods   int
+	maxGroups int
+	modes     []mode
+	timeout   time.Duration
+	stopAfter int
+}
+
 func main() {
+	fabricName := flag.String("fabric", "leafspine", "leafspine: spines × leaves × nodes of H100s; nvl72: GB200 NVL72 racks, each rack a leaf and one NVLink domain "+
+		"of 18 nodes × 4 GPUs (2 spines × 4 racks unless -spines, -leaves say otherwise), a stream of tensor-parallel groups of 4..72 GPUs "+
+		"in pods of 4, berth's groups asking for one NVLink domain (hard)")
+	dra := flag.Bool("dra", false, "nodes publish their GPUs through the simulated gpu.nvidia.com DRA driver; pods claim them with a ResourceClaimTemplate")
 	spines := flag.Int("spines", 4, "spine switches")
-	leaves := flag.Int("leaves", 8, "leaf switches per spine")
+	leaves := flag.Int("leaves", 8, "leaf switches per spine (racks per spine with -fabric nvl72)")
 	nodesPerLeaf := flag.Int("nodes-per-leaf", 16, "nodes per leaf switch")
 	gpusPerNode := flag.Int("gpus-per-node", 8, "GPUs per node (a pod of this many GPUs takes a whole node)")
 	flag.StringVar(&nodeCPU, "node-cpu", nodeCPU, "CPU of each node (pods ask for 500m)")
 	flag.StringVar(&nodeMemory, "node-memory", nodeMemory, "memory of each node (pods ask for 1Gi)")
 	seed := flag.Uint64("seed", 1, "seed of the group stream")
 	repeat := flag.Int("repeat", 3, "run each scheduler on this many streams, seeds seed, seed+1, ...")
-	weightsFlag := flag.String("gpu-weights", "1:40,2:25,4:20,8:15", "GPUs per pod and their relative weights in the stream")
-	maxPods := flag.Int("max-group-pods", 8, "groups have 1..this many pods (uniform)")
+	weightsFlag := flag.String("gpu-weights", "1:40,2:25,4:20,8:15", "GPUs per pod and their relative weights in the stream (4:1 with -fabric nvl72)")
+	maxPods := flag.Int("max-group-pods", 8, "groups have 1..this many pods (uniform; 18 with -fabric nvl72)")
 	maxGroups := flag.Int("max-groups", 5000, "stop feeding after this many groups")
+	stopAfter := flag.Int("stop-after-failures", 1, "once a group of whole-node pods has failed, stop feeding at the failure that makes this many (10 with -fabric nvl72)")
 	modes := flag.String("modes", "berth,default", "which schedulers to run, in order")
 	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for one group to be bound or reported unschedulable")
 	out := flag.String("out", "", "also write the markdown table to this file")
 	flag.Parse()
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	weights, err := parseWeights(*weightsFlag, *gpusPerNode)
-	must(err)
-	var runModes []mode
+	o := options{seed: *seed, repeat: *repeat, weights: *weightsFlag, maxPods: *maxPods, maxGroups: *maxGroups,
+		timeout: *timeout, stopAfter: *stopAfter}
+	switch *fabricName {
+	case "leafspine":
+		o.fabric = newFabric(*spines, *leaves, *nodesPerLeaf, *gpusPerNode)
+		o.fabric.dra = *dra
+	case "nvl72":
+		nv := sim.NVL72(2, 4)
+		if set["spines"] {
+			nv.Spines = *spines
+		}
+		if set["leaves"] {
+			nv.LeavesPerSpine = *leaves
+		}
+		if set["node-cpu"] {
+			nv.CPU = nodeCPU
+		}
+		if set["node-memory"] {
+			nv.Memory = nodeMemory
+		}
+		if set["nodes-per-leaf"] || set["gpus-per-node"] {
+			must(fmt.Errorf("-fabric nvl72: racks have 18 nodes of 4 GPUs (-nodes-per-leaf, -gpus-per-node do not apply)"))
+		}
+		must(nv.Validate())
+		o.fabric = newFabricOf(nv, *dra)
+		if !set["gpu-weights"] {
+			o.weights = "4:1"
+		}
+		if !set["max-group-pods"] {
+			o.maxPods = nv.NodesPerNVLink
+		}
+		if !set["stop-after-failures"] {
+			o.stopAfter = 10
+		}
+	default:
+		must(fmt.Errorf("-fabric: unknown fabric %q (want leafspine, nvl72)", *fabricName))
+	}
 	for _, m := range strings.Split(*modes, ",") {
 		switch mode(strings.TrimSpace(m)) {
 		case berthMode:
-			runModes = append(runModes, berthMode)
+			o.modes = append(o.modes, berthMode)
 		case defaultMode:
-			runModes = append(runModes, defaultMode)
+			o.modes = append(o.modes, defaultMode)
 		default:
 			must(fmt.Errorf("-modes: unknown mode %q (want berth, default)", m))
 		}
 	}
 
-	ctx := context.Background()
 	start := time.Now()
-	// The schedulers alone, as kube-scheduler's scheduler_perf measures them: no garbage
-	// collector or other controllers beside them.
-	fmt.Fprintf(os.Stderr, "starting control plane...\n")
-	cp, err := controlplane.Start(ctx, controlplane.Options{APIServerFlags: append(controlplane.DefaultAPIServerFlags(),
-		"--delete-collection-workers=16"), NoControllers: true})
+	report, _, err := runAll(context.Background(), o)
 	must(err)
-	defer cp.Stop()
-	cfg := cp.RESTConfig()
-	cfg.QPS, cfg.Burst = 5000, 5000
-
-	f := newFabric(*spines, *leaves, *nodesPerLeaf, *gpusPerNode)
-	b := &bench{cp: cp, kube: kubernetes.NewForConfigOrDie(cfg), vc: volcanoclient.NewForConfigOrDie(cfg), fabric: f, timeout: *timeout}
-	fmt.Fprintf(os.Stderr, "creating %d nodes (%d GPUs) and their HyperNodes...\n", len(f.nodes), f.totalGPUs())
-	must(f.create(ctx, b.kube, b.vc))
-
-	results := map[mode][]result{}
-	for i := 0; i < *repeat; i++ {
-		s := *seed + uint64(i)
-		groups := streamGroups(s, weights, *maxPods, *maxGroups)
-		for _, m := range runModes {
-			fmt.Fprintf(os.Stderr, "%s seed %d: feeding groups...\n", m, s)
-			r, err := b.run(ctx, m, s, groups)
-			must(err)
-			results[m] = append(results[m], r)
-			fmt.Fprintf(os.Stderr, "%s seed %d: done in %s\n", m, s, r.elapsed.Round(time.Second))
-		}
-	}
-	seeds := fmt.Sprintf("seed %d", *seed)
-	if *repeat > 1 {
-		seeds = fmt.Sprintf("seeds %d–%d (mean, and min–max over the seeds)", *seed, *seed+uint64(*repeat)-1)
-	}
-	report := fmt.Sprintf("Fabric: %d spines × %d leaves × %d nodes × %d GPUs = %d nodes, %d GPUs. Stream: %s, "+
-		"1–%d pods per group, GPUs per pod %s.\n\n", *spines, *leaves, *nodesPerLeaf, *gpusPerNode, len(f.nodes), f.totalGPUs(),
-		seeds, *maxPods, *weightsFlag) + table(f, runModes, results)
 	fmt.Print(report)
 	fmt.Fprintf(os.Stderr, "total %s\n", time.Since(start).Round(time.Second))
 	if *out != "" {
 		must(os.WriteFile(*out, []byte(report), 0o644))
 	}
+}
+
+// runAll starts a control plane, creates the fabric and runs each scheduler on each seed's
+// stream; it returns the markdown report and the results by mode.
+func runAll(ctx context.Context, o options) (string, map[mode][]result, error) {
+	weights, err := parseWeights(o.weights, o.fabric.gpusPerNode)
+	if err != nil {
+		return "", nil, err
+	}
+	// The schedulers alone, as kube-scheduler's scheduler_perf measures them: no garbage
+	// collector or other controllers beside them; with DRA GPUs the ResourceClaim
+	// controller is needed (it makes each pod's claim from its template and frees it when
+	// the pod goes), so the controllers run.
+	fmt.Fprintf(os.Stderr, "starting control plane...\n")
+	cp, err := controlplane.Start(ctx, controlplane.Options{APIServerFlags: append(controlplane.DefaultAPIServerFlags(),
+		"--delete-collection-workers=16"), NoControllers: !o.fabric.dra})
+	if err != nil {
+		return "", nil, err
+	}
+	defer cp.Stop()
+	cfg := cp.RESTConfig()
+	cfg.QPS, cfg.Burst = 5000, 5000
+
+	f := o.fabric
+	b := &bench{cp: cp, kube: kubernetes.NewForConfigOrDie(cfg), vc: volcanoclient.NewForConfigOrDie(cfg), fabric: f,
+		timeout: o.timeout, stopAfter: o.stopAfter}
+	fmt.Fprintf(os.Stderr, "creating %d nodes (%d GPUs) and their HyperNodes...\n", len(f.nodes), f.totalGPUs())
+	if err := f.create(ctx, b.kube, b.vc); err != nil {
+		return "", nil, err
+	}
+
+	results := map[mode][]result{}
+	for i := 0; i < o.repeat; i++ {
+		s := o.seed + uint64(i)
+		groups := streamGroups(s, weights, o.maxPods, o.maxGroups)
+		for _, m := range o.modes {
+			fmt.Fprintf(os.Stderr, "%s seed %d: feeding groups...\n", m, s)
+			r, err := b.run(ctx, m, s, groups)
+			if err != nil {
+				return "", nil, err
+			}
+			results[m] = append(results[m], r)
+			fmt.Fprintf(os.Stderr, "%s seed %d: done in %s\n", m, s, r.elapsed.Round(time.Second))
+		}
+	}
+	seeds := fmt.Sprintf("seed %d", o.seed)
+	if o.repeat > 1 {
+		seeds = fmt.Sprintf("seeds %d–%d (mean, and min–max over the seeds)", o.seed, o.seed+uint64(o.repeat)-1)
+	}
+	gpus := "nvidia.com/gpu"
+	if f.dra {
+		gpus = "DRA gpu.nvidia.com"
+	}
+	report := fmt.Sprintf("Fabric: %s = %d nodes, %d %s GPUs. Stream: %s, 1–%d pods per group, GPUs per pod %s.\n\n",
+		f.sim.Describe(), len(f.nodes), f.totalGPUs(), gpus, seeds, o.maxPods, o.weights) + table(f, o.modes, results)
+	return report, results, nil
 }
 
 // metric is one row of the table: a number per run, or (text) a description per run.
@@ -114,6 +198,8 @@ type metric struct {
 	value  func(r result) (float64, bool) // false: undefined for this run
 	format func(v float64) string
 	text   func(r result) string
+	// domains, noDomains: shown only on a fabric with (without) NVLink domains.
+	domains, noDomains bool
 }
 
 func count(v float64) string {
@@ -143,8 +229,10 @@ func table(f *fabric, modes []mode, rs map[mode][]result) string {
 			}},
 		{name: "GPUs allocated at the first failure", format: percent,
 			value: func(r result) (float64, bool) { return float64(r.gpusAtFirst) / total, true }},
-		{name: "(1) multi-pod groups inside one leaf", format: percent,
+		{name: "(1) multi-pod groups inside one leaf", format: percent, noDomains: true,
 			value: func(r result) (float64, bool) { return ratioOf(r.spread.oneLeaf, r.spread.multiPod) }},
+		{name: "(1) multi-pod groups inside one NVLink domain", format: percent, domains: true,
+			value: func(r result) (float64, bool) { return ratioOf(r.spread.oneDomain, r.spread.multiPod) }},
 		{name: "(5) multi-pod groups spanning more than one spine", format: percent,
 			value: func(r result) (float64, bool) { return ratioOf(r.spread.manySpines, r.spread.multiPod) }},
 		{name: fmt.Sprintf("(3) whole free nodes at the first failure (of %d)", len(f.nodes)), format: count,
@@ -157,6 +245,12 @@ func table(f *fabric, modes []mode, rs map[mode][]result) string {
 			value: func(r result) (float64, bool) { return float64(r.firstFailureBound), true }},
 		{name: "groups placed after the first failure", format: count,
 			value: func(r result) (float64, bool) { return float64(r.placedAfter), true }},
+		{name: "groups fed, placed in all", format: count, domains: true,
+			text: func(r result) string { return fmt.Sprintf("%d, %d", r.groupsFed, r.groupsPlaced+r.placedAfter) }},
+		{name: "GPUs allocated at the end", format: percent, domains: true,
+			value: func(r result) (float64, bool) { return float64(r.gpusAtEnd) / total, true }},
+		{name: "groups failed or left partial that the fit check places", format: count,
+			value: func(r result) (float64, bool) { return float64(r.feasibleFailures), true }},
 		{name: "run time", format: seconds,
 			value: func(r result) (float64, bool) { return r.elapsed.Seconds(), true }},
 	}
@@ -175,6 +269,9 @@ func table(f *fabric, modes []mode, rs map[mode][]result) string {
 	}
 	sb.WriteString("\n")
 	for _, mt := range metrics {
+		if (mt.domains && !f.hasDomains()) || (mt.noDomains && f.hasDomains()) {
+			continue
+		}
 		sb.WriteString("| " + mt.name + " |")
 		means := map[mode]float64{}
 		defined := map[mode]bool{}

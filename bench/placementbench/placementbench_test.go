@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
 	"math"
 	"testing"
+	"time"
+
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
 func TestStreamIsDeterministicAndFollowsWeights(t *testing.T) {
@@ -59,5 +63,60 @@ func TestLedgerCountsDomainsOverMultiPodGroups(t *testing.T) {
 	// Used: gpu-0, gpu-2, gpu-3, gpu-1, gpu-4 of 8.
 	if got := l.freeNodes(); got != 3 {
 		t.Errorf("freeNodes = %d, want 3", got)
+	}
+}
+
+// TestNVLinkDomainsWithDRAGPUs runs a tiny NVL72 bench: two NVLink domains of 4 nodes of 4
+// DRA GPUs, groups of 1–3 whole-node pods claiming their GPUs through one
+// ResourceClaimTemplate. Berth's groups ask for one domain: every multi-pod group it places
+// must be inside one, and neither scheduler may fail a group the fit check places.
+func TestNVLinkDomainsWithDRAGPUs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane and both schedulers")
+	}
+	f := newFabricOf(sim.Fabric{Spines: 1, LeavesPerSpine: 2, NodesPerLeaf: 4, NodesPerNVLink: 4, GPUsPerNode: 4,
+		GPUProducts: []string{"gb200"}, CPU: "144", Memory: "960Gi"}, true)
+	if got := len(f.nodes); got != 8 || !f.hasDomains() {
+		t.Fatalf("fabric: %d nodes, domains %v", got, f.domain)
+	}
+	o := options{fabric: f, seed: 1, repeat: 1, weights: "4:1", maxPods: 3, maxGroups: 10,
+		modes: []mode{berthMode, defaultMode}, timeout: 30 * time.Second, stopAfter: 3}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	report, results, err := runAll(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + report)
+	berth := results[berthMode][0]
+	if berth.spread.multiPod == 0 || berth.spread.oneDomain != berth.spread.multiPod {
+		t.Errorf("berth: %d of %d multi-pod groups inside one NVLink domain, want all (and some)",
+			berth.spread.oneDomain, berth.spread.multiPod)
+	}
+	for m, rs := range results {
+		r := rs[0]
+		if r.groupsPlaced == 0 || r.gpusAtEnd == 0 {
+			t.Errorf("%s placed nothing: %+v", m, r)
+		}
+		if r.feasibleFailures != 0 {
+			t.Errorf("%s failed %d groups that the fit check places", m, r.feasibleFailures)
+		}
+	}
+}
+
+func TestFitCheckNeedsRoomInOneDomain(t *testing.T) {
+	f := newFabricOf(sim.Fabric{Spines: 1, LeavesPerSpine: 2, NodesPerLeaf: 3, NodesPerNVLink: 3, GPUsPerNode: 4,
+		GPUProducts: []string{"gb200"}}, true)
+	l := newLedger(f)
+	l.add(groupSpec{pods: 2, gpus: 4}, []string{f.nodes[0], f.nodes[1]}) // domain 0: 1 node free
+	l.add(groupSpec{pods: 1, gpus: 4}, []string{f.nodes[3]})             // domain 1: 2 nodes free
+	if !f.fits(l, groupSpec{pods: 2, gpus: 4}) {
+		t.Error("2 whole nodes: domain 1 has them")
+	}
+	if f.fits(l, groupSpec{pods: 3, gpus: 4}) {
+		t.Error("3 whole nodes: 3 are free, but in no one domain")
+	}
+	if !f.fits(l, groupSpec{pods: 4, gpus: 2}) {
+		t.Error("4 pods of 2 GPUs: domain 1's two free nodes hold them")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -45,6 +46,9 @@ type bench struct {
 	vc      volcanoclient.Interface
 	fabric  *fabric
 	timeout time.Duration
+	// stopAfter: feeding stops at the first failed group of whole-node pods once this many
+	// groups have failed (1: at that group).
+	stopAfter int
 }
 
 // result is one scheduler's run over the stream.
@@ -69,6 +73,11 @@ type result struct {
 	groupsFed   int
 	placedAfter int // groups placed after the first failure
 	elapsed     time.Duration
+
+	// Over every group fed.
+	failures         int // groups not placed whole
+	feasibleFailures int // of them, groups the fit check says could have been placed
+	gpusAtEnd        int
 }
 
 // run feeds the stream to one scheduler, one group at a time, on the empty fabric.
@@ -79,6 +88,11 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 	label := fmt.Sprintf("%s seed %d", m, seed)
 	if _, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return res, err
+	}
+	if b.fabric.dra {
+		if err := b.createClaimTemplates(ctx, ns, groups); err != nil {
+			return res, err
+		}
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
@@ -124,6 +138,7 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 	feedStart := time.Now()
 	lastPlaced := feedStart
 	for i, g := range groups {
+		fits := b.fabric.fits(led, g)
 		nodes, why, boundPods, err := b.feed(ctx, tr, exited, ns, m, g)
 		if err != nil {
 			return fail(err)
@@ -137,6 +152,11 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 				res.placedAfter++
 			}
 		} else {
+			res.failures++
+			if fits {
+				res.feasibleFailures++
+				fmt.Fprintf(os.Stderr, "  %s: group %d (%s) failed, yet the fit check places it: %s\n", label, g.index, g, why)
+			}
 			if res.firstFailure == nil {
 				res.firstFailure, res.firstFailureWhy, res.firstFailureBound = &g, why, boundPods
 				res.groupsPlaced, res.podsPlaced = len(led.groups), led.pods()
@@ -145,10 +165,12 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 				fmt.Fprintf(os.Stderr, "  %s: first failure at group %d (%s) after %d groups, %d/%d GPUs: %s\n",
 					label, g.index, g, res.groupsPlaced, res.gpusAtFirst, b.fabric.totalGPUs(), why)
 			}
-			if g.gpus >= b.fabric.gpusPerNode {
+			if g.gpus >= b.fabric.gpusPerNode && res.bigFailure == nil {
 				res.bigFailure, res.gpusAtBig = &g, led.gpus()
 				fmt.Fprintf(os.Stderr, "  %s: first whole-node group failed at group %d (%s), %d/%d GPUs\n",
 					label, g.index, g, res.gpusAtBig, b.fabric.totalGPUs())
+			}
+			if res.bigFailure != nil && res.failures >= max(b.stopAfter, 1) {
 				break
 			}
 		}
@@ -162,6 +184,7 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 		res.gpusAtFirst, res.freeNodesAtFirst, res.spread = led.gpus(), led.freeNodes(), led.spread()
 		res.feeding = lastPlaced.Sub(feedStart)
 	}
+	res.gpusAtEnd = led.gpus()
 	res.elapsed = time.Since(started)
 	return res, nil
 }
@@ -176,7 +199,7 @@ func (b *bench) feed(ctx context.Context, tr *tracker, exited <-chan struct{}, n
 		names[i] = fmt.Sprintf("%s-%d", group, i)
 	}
 	if m == berthMode {
-		if _, err := b.vc.SchedulingV1beta1().PodGroups(ns).Create(ctx, podGroup(ns, group, g), metav1.CreateOptions{}); err != nil {
+		if _, err := b.vc.SchedulingV1beta1().PodGroups(ns).Create(ctx, podGroup(ns, group, g, b.fabric), metav1.CreateOptions{}); err != nil {
 			return nil, "", 0, err
 		}
 	}
@@ -228,8 +251,16 @@ func (b *bench) withdraw(ctx context.Context, tr *tracker, ns string, m mode, gr
 	if _, err := tr.waitFor(names, time.Minute, nil, gone); err != nil {
 		return fmt.Errorf("withdrawing %v: %w", names, err)
 	}
-	// The scheduler's informer sees the same deletions as the bench's; give it a moment so
-	// the next group is not judged against capacity the bench already counts free.
+	if b.fabric.dra {
+		// The ResourceClaim controller deletes a withdrawn pod's claim, which frees its
+		// devices; until then the next group would find them taken.
+		if err := b.waitClaimsGone(ctx, ns, names); err != nil {
+			return fmt.Errorf("withdrawing %v: %w", names, err)
+		}
+	}
+	// The scheduler's informer sees the same deletions (of pods and claims) as the bench;
+	// give it a moment so the next group is not judged against capacity the bench already
+	// counts free.
 	time.Sleep(50 * time.Millisecond)
 	return nil
 }
@@ -248,7 +279,7 @@ func bound(states []*podState) bool {
 func (b *bench) pod(ns string, m mode, name string, g *groupSpec, group string) *corev1.Pod {
 	requests := corev1.ResourceList{corev1.ResourceCPU: podCPU, corev1.ResourceMemory: podMemory}
 	limits := corev1.ResourceList{}
-	if g != nil {
+	if g != nil && !b.fabric.dra {
 		gpus := *resource.NewQuantity(int64(g.gpus), resource.DecimalSI)
 		requests[sim.GPUResource], limits[sim.GPUResource] = gpus, gpus
 	}
@@ -260,6 +291,11 @@ func (b *bench) pod(ns string, m mode, name string, g *groupSpec, group string) 
 				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limits}}},
 		},
 	}
+	if g != nil && b.fabric.dra {
+		// The same template for both schedulers: one claim per pod, its GPUs on one node.
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(claimTemplateName(g.gpus))}}
+		p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+	}
 	if m == berthMode {
 		p.Spec.SchedulerName = workloadv1alpha1.BerthSchedulerName
 		if group != "" {
@@ -269,24 +305,29 @@ func (b *bench) pod(ns string, m mode, name string, g *groupSpec, group string) 
 	return p
 }
 
-// podGroup is the Volcano PodGroup of a group: all pods or none, inside one leaf if the
-// scheduler can (soft, tier 1), minResources the pods' summed requests.
-func podGroup(ns, name string, g groupSpec) *volcanov1beta1.PodGroup {
+// podGroup is the Volcano PodGroup of a group: all pods or none, minResources the pods'
+// summed requests (GPUs only when they are requests, not DRA claims), and inside one leaf if
+// the scheduler can (soft, tier 1) or, on a fabric of NVLink domains, inside one domain
+// (hard, the tier named nvlink), as a tensor-parallel replica must be.
+func podGroup(ns, name string, g groupSpec, f *fabric) *volcanov1beta1.PodGroup {
 	n := int64(g.pods)
 	cpu, mem := podCPU.DeepCopy(), podMemory.DeepCopy()
 	cpu.SetMilli(cpu.MilliValue() * n)
 	mem.Set(mem.Value() * n)
-	minResources := corev1.ResourceList{
-		corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem,
-		sim.GPUResource: *resource.NewQuantity(int64(g.gpus)*n, resource.DecimalSI),
+	minResources := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}
+	if !f.dra {
+		minResources[sim.GPUResource] = *resource.NewQuantity(int64(g.gpus)*n, resource.DecimalSI)
+	}
+	topology := &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.SoftNetworkTopologyMode, HighestTierAllowed: ptr.To(1)}
+	if f.hasDomains() {
+		topology = &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: sim.NVLinkTierName}
 	}
 	return &volcanov1beta1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: volcanov1beta1.PodGroupSpec{
-			MinMember:    int32(g.pods),
-			MinResources: &minResources,
-			NetworkTopology: &volcanov1beta1.NetworkTopologySpec{
-				Mode: volcanov1beta1.SoftNetworkTopologyMode, HighestTierAllowed: ptr.To(1)},
+			MinMember:       int32(g.pods),
+			MinResources:    &minResources,
+			NetworkTopology: topology,
 		},
 	}
 }
@@ -325,6 +366,59 @@ func (b *bench) cleanup(ctx context.Context, ns string) error {
 			return false, err
 		}
 		pgs, err := b.vc.SchedulingV1beta1().PodGroups(ns).List(ctx, metav1.ListOptions{})
-		return err == nil && len(pods.Items) == 0 && len(pgs.Items) == 0, err
+		if err != nil || len(pods.Items) > 0 || len(pgs.Items) > 0 {
+			return false, err
+		}
+		claims, err := b.kube.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(claims.Items) == 0, err
+	})
+}
+
+// claimTemplateName names the ResourceClaimTemplate of a pod of gpus DRA GPUs.
+func claimTemplateName(gpus int) string { return fmt.Sprintf("gpus-%d", gpus) }
+
+// createClaimTemplates creates one ResourceClaimTemplate per pod size of the stream: gpus
+// whole GPUs of the gpu.nvidia.com DeviceClass.
+func (b *bench) createClaimTemplates(ctx context.Context, ns string, groups []groupSpec) error {
+	done := map[int]bool{}
+	for _, g := range groups {
+		if done[g.gpus] {
+			continue
+		}
+		done[g.gpus] = true
+		t := &resourcev1.ResourceClaimTemplate{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claimTemplateName(g.gpus)},
+			Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+				Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
+					DeviceClassName: sim.GPUDeviceClassName, AllocationMode: resourcev1.DeviceAllocationModeExactCount,
+					Count: int64(g.gpus)}}},
+			}}},
+		}
+		if _, err := b.kube.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, t, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitClaimsGone waits until no ResourceClaim made for the pods is left.
+func (b *bench) waitClaimsGone(ctx context.Context, ns string, pods []string) error {
+	of := map[string]bool{}
+	for _, p := range pods {
+		of[p] = true
+	}
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		claims, err := b.kube.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range claims.Items {
+			for _, o := range c.OwnerReferences {
+				if o.Kind == "Pod" && of[o.Name] {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
 	})
 }
