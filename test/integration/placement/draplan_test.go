@@ -19,6 +19,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/berth-sh/berth/pkg/plugins/placement"
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
 // The DRA side of placement: berth-scheduler plans the devices of a whole gang whose pods
@@ -56,6 +57,7 @@ func (w *world) draNode(name string, cpu string, gpus ...draGPU) {
 		slice.Spec.Devices = append(slice.Spec.Devices, resourceapi.Device{Name: g.name,
 			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 				"index":       {IntValue: ptr.To(int64(i))},
+				"type":        {StringValue: ptr.To("gpu")},
 				"productName": {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},
 			},
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse(g.memory)}}})
@@ -68,11 +70,10 @@ func (w *world) draNode(name string, cpu string, gpus ...draGPU) {
 	})
 }
 
-// ensureGPUClass creates the DeviceClass NVIDIA's driver installs, if it is not there.
+// ensureGPUClass creates the DeviceClass NVIDIA's driver installs (the simulated driver's),
+// if it is not there.
 func (w *world) ensureGPUClass() {
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draDriver},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.nvidia.com"`}}}}}
-	_, err := kube.ResourceV1().DeviceClasses().Create(w.ctx, class, metav1.CreateOptions{})
+	_, err := kube.ResourceV1().DeviceClasses().Create(w.ctx, sim.GPUDeviceClass(), metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		require.NoError(w.t, err)
 	}
