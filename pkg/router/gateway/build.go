@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
@@ -31,6 +32,9 @@ type Input struct {
 	// ModelRoutes are those with spec.parentRefs: each is served on the listeners of the
 	// Gateways it names.
 	ModelRoutes []*networkingv1alpha1.ModelRoute
+	// NamespaceLabels are a namespace's labels, for listeners whose
+	// allowedRoutes.namespaces.from is Selector (nil: no namespace matches).
+	NamespaceLabels func(namespace string) map[string]string
 	// PoolEndpoints is how many Ready endpoints an InferencePool has.
 	PoolEndpoints func(types.NamespacedName) int
 	// Certificate loads an HTTPS listener's certificate from a Secret (nil: HTTPS listeners
@@ -88,7 +92,22 @@ type listenerState struct {
 	bindErr  error
 	attached int32
 	fromAll  bool
+	// selector is allowedRoutes.namespaces.selector when from is Selector: the namespaces
+	// whose routes the listener admits, besides none.
+	selector labels.Selector
+	nsLabels func(string) map[string]string
 	cert     *tls.Certificate
+}
+
+// admits says whether the listener takes routes from namespace ns (allowedRoutes.namespaces).
+func (l *listenerState) admits(ns string) bool {
+	switch {
+	case l.fromAll:
+		return true
+	case l.selector != nil:
+		return l.nsLabels != nil && l.selector.Matches(labels.Set(l.nsLabels(ns)))
+	}
+	return l.gw.Namespace == ns
 }
 
 func (l *listenerState) programmed() bool {
@@ -371,8 +390,11 @@ func checkListener(gw *gwv1.Gateway, spec *gwv1.Listener, in Input) *listenerSta
 			case gwv1.NamespacesFromAll:
 				l.fromAll = true
 			case gwv1.NamespacesFromSelector:
-				l.accepted, l.reason, l.msg = false, string(gwv1.ListenerReasonUnsupportedValue),
-					"allowedRoutes.namespaces.from: Selector is not supported by berth-router; use Same or All"
+				sel, err := namespaceSelector(ar.Namespaces.Selector)
+				if err != nil {
+					l.accepted, l.reason, l.msg = false, string(gwv1.ListenerReasonUnsupportedValue), "allowedRoutes.namespaces.selector: "+err.Error()
+				}
+				l.selector, l.nsLabels = sel, in.NamespaceLabels
 			}
 		}
 		if len(ar.Kinds) > 0 {
@@ -395,6 +417,15 @@ func checkListener(gw *gwv1.Gateway, spec *gwv1.Listener, in Input) *listenerSta
 		checkCertificate(l, in)
 	}
 	return l
+}
+
+// namespaceSelector is allowedRoutes.namespaces.selector as a labels.Selector; from:
+// Selector without one selects nothing (the Gateway API requires it there).
+func namespaceSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	if ls == nil {
+		return labels.Nothing(), nil
+	}
+	return metav1.LabelSelectorAsSelector(ls)
 }
 
 func checkCertificate(l *listenerState, in Input) {
@@ -508,7 +539,7 @@ func attach(hr *gwv1.HTTPRoute, ref gwv1.ParentReference, listeners []*listenerS
 	}
 	var allowed, bound []*listenerState
 	for _, l := range named {
-		if l.accepted && l.kindsOK && (l.fromAll || l.gw.Namespace == hr.Namespace) {
+		if l.accepted && l.kindsOK && l.admits(hr.Namespace) {
 			allowed = append(allowed, l)
 		}
 	}
@@ -823,7 +854,7 @@ func attachModelRoutes(routes []*networkingv1alpha1.ModelRoute, ours map[types.N
 				if (ref.SectionName != nil && *ref.SectionName != l.spec.Name) || (ref.Port != nil && *ref.Port != l.spec.Port) {
 					continue
 				}
-				if !l.accepted || !(l.fromAll || l.gw.Namespace == mr.Namespace) || !admitsModelRoutes(l.spec) {
+				if !l.accepted || !l.admits(mr.Namespace) || !admitsModelRoutes(l.spec) {
 					continue
 				}
 				if !slices.Contains(l.served.modelRoutes, mr) {
