@@ -40,6 +40,7 @@ func (r *Router) enableGateway() error {
 			ReadHeaderTimeout: r.opts.ReadHeaderTimeout, IdleTimeout: r.opts.IdleTimeout, Log: log},
 		status: gateway.NewStatusWriter(c, r.view.Reader(), log),
 	}
+	g.status.Addresses = gateway.StatusAddresses(r.opts.GatewayAddresses, r.opts.GatewayHost)
 	kube, err := kubernetes.NewForConfig(r.cfg)
 	if err != nil {
 		return err

@@ -106,6 +106,11 @@ type Options struct {
 	DisableGateway bool
 	// GatewayHost is the address Gateway listener ports are opened on ("" every interface).
 	GatewayHost string
+	// GatewayAddresses are what every Programmed Gateway's status.addresses names: where
+	// clients reach the listeners (the router Service's address or DNS name), which
+	// `kubectl get gateway` shows and the conformance suite sends to. None: GatewayHost when
+	// it is a single IP address, else no address.
+	GatewayAddresses []string
 }
 
 // Defaults fills in zero fields.
