@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	"k8s.io/kubernetes/pkg/controller/deployment"
+	"k8s.io/kubernetes/pkg/controller/endpointslice"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	"k8s.io/kubernetes/pkg/controller/namespace"
 	"k8s.io/kubernetes/pkg/controller/replicaset"
@@ -25,7 +26,9 @@ import (
 
 // The kube-controller-manager loops a cluster runs that Berth's users (and tests) rely on:
 // owner references are honoured (garbage collector), a deleted namespace is emptied and goes
-// away (namespace controller), and a plain Deployment gets its ReplicaSet and pods. They are
+// away (namespace controller), a plain Deployment gets its ReplicaSet and pods, and a
+// Service with a selector gets EndpointSlices listing its Ready pods (what a gateway reads to
+// reach a Service backend). They are
 // kube-controller-manager's own controllers from k8s.io/kubernetes, wired the way its
 // controller descriptors wire them, not a copy; only their periods are shorter, so a test
 // sees a CRD installed mid-run collected within seconds.
@@ -45,8 +48,8 @@ type controllers struct {
 	running sync.WaitGroup
 }
 
-// startControllers starts the garbage collector, the namespace, Deployment and ReplicaSet
-// controllers against cfg. They run until stop.
+// startControllers starts the garbage collector, the namespace, Deployment, ReplicaSet and
+// EndpointSlice controllers against cfg. They run until stop.
 func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config) (*controllers, error) {
 	cfg = rest.CopyConfig(cfg)
 	// Deleting a namespace's contents and collecting garbage are bursts of calls; the client's
@@ -89,6 +92,9 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 	}
 	replicaSets := replicaset.NewReplicaSetController(ctx, typed.Apps().V1().ReplicaSets(),
 		typed.Core().V1().Pods(), kube, replicaset.BurstReplicas)
+	// kube-controller-manager's defaults: 100 endpoints per slice, updates batched for 0 s.
+	slices := endpointslice.NewController(ctx, typed.Core().V1().Pods(), typed.Core().V1().Services(), typed.Core().V1().Nodes(),
+		typed.Discovery().V1().EndpointSlices(), 100, kube, 0)
 	// Fills the aggregated ClusterRoles (admin, edit, view) from the roles that carry their
 	// aggregate-to labels, such as Berth's.
 	aggregation := clusterroleaggregation.NewClusterRoleAggregation(typed.Rbac().V1().ClusterRoles(), kube.RbacV1())
@@ -105,6 +111,7 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 	run(func() { deployments.Run(ctx, controllerWorkers) })
 	run(func() { replicaSets.Run(ctx, controllerWorkers) })
 	run(func() { aggregation.Run(ctx, 1) })
+	run(func() { slices.Run(ctx, controllerWorkers) })
 	run(func() { <-ctx.Done(); typed.Shutdown(); untyped.Shutdown() })
 	return c, nil
 }
