@@ -486,7 +486,10 @@ func CertificateRefs(gateways []*gwv1.Gateway) map[types.NamespacedName]bool {
 }
 
 // markConflicts flags listeners sharing a port with another of a different protocol, or
-// with the same protocol and hostname.
+// with another listener of the same Gateway with the same hostname. Listeners of different
+// Gateways with the same protocol and hostname are merged, not in conflict: the Gateway API
+// scopes Conflicted to one Gateway, and Gateways with no hostname on port 80 are the common
+// case (Config.Route takes the best rule of all of them).
 func markConflicts(all []*listenerState) {
 	byPort := map[gwv1.PortNumber][]*listenerState{}
 	for _, l := range all {
@@ -503,7 +506,7 @@ func markConflicts(all []*listenerState) {
 				switch {
 				case a.spec.Protocol != b.spec.Protocol:
 					a.conflict = string(gwv1.ListenerReasonProtocolConflict)
-				case a.served.Hostname == b.served.Hostname && a.conflict == "":
+				case a.gw == b.gw && a.served.Hostname == b.served.Hostname && a.conflict == "":
 					a.conflict = string(gwv1.ListenerReasonHostnameConflict)
 				}
 			}
@@ -783,6 +786,11 @@ func granted(grants []*gwv1.ReferenceGrant, fromKind, fromNS, group, kind string
 // a prefix, longer prefixes first, then a method match, more header matches, more query
 // matches; ties go to the older route, then by namespace/name, then by rule order.
 func sortRules(rules []*Rule) {
+	sort.SliceStable(rules, func(i, j int) bool { return ruleBefore(rules[i], rules[j]) })
+}
+
+// ruleBefore is the Gateway API's precedence: a before b when a is to be tried first.
+func ruleBefore(a, b *Rule) bool {
 	rank := func(m *Match) int {
 		switch m.PathType {
 		case gwv1.PathMatchExact:
@@ -792,31 +800,28 @@ func sortRules(rules []*Rule) {
 		}
 		return 0
 	}
-	sort.SliceStable(rules, func(i, j int) bool {
-		a, b := rules[i], rules[j]
-		if ra, rb := rank(&a.Match), rank(&b.Match); ra != rb {
-			return ra > rb
-		}
-		if a.Match.PathType != gwv1.PathMatchRegularExpression && len(a.Match.Path) != len(b.Match.Path) {
-			return len(a.Match.Path) > len(b.Match.Path)
-		}
-		if (a.Match.Method != "") != (b.Match.Method != "") {
-			return a.Match.Method != ""
-		}
-		if len(a.Match.Headers) != len(b.Match.Headers) {
-			return len(a.Match.Headers) > len(b.Match.Headers)
-		}
-		if len(a.Match.Query) != len(b.Match.Query) {
-			return len(a.Match.Query) > len(b.Match.Query)
-		}
-		if !a.created.Equal(b.created) {
-			return a.created.Before(b.created)
-		}
-		if a.Route != b.Route {
-			return a.Route.String() < b.Route.String()
-		}
-		return a.Index < b.Index
-	})
+	if ra, rb := rank(&a.Match), rank(&b.Match); ra != rb {
+		return ra > rb
+	}
+	if a.Match.PathType != gwv1.PathMatchRegularExpression && len(a.Match.Path) != len(b.Match.Path) {
+		return len(a.Match.Path) > len(b.Match.Path)
+	}
+	if (a.Match.Method != "") != (b.Match.Method != "") {
+		return a.Match.Method != ""
+	}
+	if len(a.Match.Headers) != len(b.Match.Headers) {
+		return len(a.Match.Headers) > len(b.Match.Headers)
+	}
+	if len(a.Match.Query) != len(b.Match.Query) {
+		return len(a.Match.Query) > len(b.Match.Query)
+	}
+	if !a.created.Equal(b.created) {
+		return a.created.Before(b.created)
+	}
+	if a.Route != b.Route {
+		return a.Route.String() < b.Route.String()
+	}
+	return a.Index < b.Index
 }
 
 // sortedObjects orders objects oldest first, then by namespace/name: the order conflicts

@@ -174,3 +174,33 @@ spec:
 	assert.Equal(t, "UnsupportedValue", c.Reason)
 	assert.Contains(t, c.Message, "allowedRoutes.namespaces.selector")
 }
+
+// Two Gateways with a hostname-less HTTP listener on one port (the conformance suite's base
+// Gateways are three such) are both served: their listeners are merged, not Conflicted, and
+// a request takes the best rule of either.
+func TestGatewaysShareAPort(t *testing.T) {
+	in := world(t, `
+metadata: {name: a, namespace: ns}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /a}}], backendRefs: [{group: inference.networking.k8s.io, kind: InferencePool, name: pool}]}]`, `
+metadata: {name: b, namespace: ns}
+spec:
+  parentRefs: [{name: gw2}]
+  rules: [{matches: [{path: {type: Exact, value: /a/exact}}], backendRefs: [{group: inference.networking.k8s.io, kind: InferencePool, name: pool}]}]`)
+	in.Gateways[0].Spec.Listeners = in.Gateways[0].Spec.Listeners[:1]
+	in.Gateways = append(in.Gateways, decode[gwv1.Gateway](t, `{metadata: {name: gw2, namespace: ns}, spec: {gatewayClassName: berth, listeners: [{name: web, protocol: HTTP, port: 8080}]}}`))
+	cfg, st := Build(in)
+	for _, name := range []string{"gw", "gw2"} {
+		gs := st.Gateways[types.NamespacedName{Namespace: "ns", Name: name}]
+		assert.Equal(t, "NoConflicts", condition(t, gs.Listeners[0].Conditions, "Conflicted").Reason, name)
+		assert.Equal(t, metav1.ConditionTrue, condition(t, gs.Conditions, "Programmed").Status, name)
+	}
+	r, ok := cfg.Route(8080, httptest.NewRequest("GET", "/a/exact", nil))
+	require.True(t, ok)
+	require.NotNil(t, r.Rule)
+	assert.Equal(t, "b", r.Rule.Route.Name, "the Exact match of gw2's route beats gw's prefix")
+	r, _ = cfg.Route(8080, httptest.NewRequest("GET", "/a/other", nil))
+	require.NotNil(t, r.Rule)
+	assert.Equal(t, "a", r.Rule.Route.Name)
+}
