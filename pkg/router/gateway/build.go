@@ -399,17 +399,22 @@ func checkListener(gw *gwv1.Gateway, spec *gwv1.Listener, in Input) *listenerSta
 		}
 		if len(ar.Kinds) > 0 {
 			l.kindsOK = false
-			modelRoutes := false
+			var invalid []string
 			for _, k := range ar.Kinds {
-				if k.Kind == "HTTPRoute" && (k.Group == nil || *k.Group == GatewayGroup) {
+				switch {
+				case k.Kind == "HTTPRoute" && (k.Group == nil || *k.Group == GatewayGroup):
 					l.kindsOK = true
-				}
-				if k.Kind == ModelRouteKind && k.Group != nil && string(*k.Group) == networkingv1alpha1.SchemeGroupVersion.Group {
-					modelRoutes = true
+				case k.Kind == ModelRouteKind && k.Group != nil && string(*k.Group) == networkingv1alpha1.SchemeGroupVersion.Group:
+				default:
+					invalid = append(invalid, string(k.Kind))
 				}
 			}
-			if !l.kindsOK && !modelRoutes {
-				l.refsOK, l.refsWhy, l.refsMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), "allowedRoutes.kinds: berth-router serves HTTPRoute only"
+			// Any kind the router cannot serve makes ResolvedRefs False (the valid ones stay
+			// in supportedKinds), as the Gateway API prescribes (conformance test
+			// GatewayInvalidRouteKind).
+			if len(invalid) > 0 {
+				l.refsOK, l.refsWhy, l.refsMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds),
+					fmt.Sprintf("allowedRoutes.kinds %s: berth-router serves HTTPRoute (and ModelRoute)", strings.Join(invalid, ", "))
 			}
 		}
 	}
