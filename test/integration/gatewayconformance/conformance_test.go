@@ -130,6 +130,7 @@ var gatewayTests = []string{
 	"HTTPRouteInvalidParentRefSectionNameNotMatchingPort",
 	"HTTPRouteObservedGenerationBump",
 	"HTTPRouteNoBackendRefs",
+	"HTTPRouteServiceTypes",
 }
 
 // startSystem runs kube-scheduler's default profile (the suite's pods name no scheduler),
