@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,6 +42,15 @@ func bindFlags(fs *flag.FlagSet) *flags {
 	fs.IntVar(&o.EPPFallbacks, "epp-fallbacks", 2, "endpoints named after the primary, in the order the data plane tries them when the one before fails (epp mode)")
 	fs.StringVar(&o.AdminAddr, "admin-addr", ":8081", "address of /metrics, /healthz, /readyz and /version (\"\" disables it)")
 	fs.BoolVar(&o.MetricsAuth, "metrics-auth", true, "serve the admin listener over HTTPS and /metrics only to callers the apiserver authenticates and authorizes for GET /metrics")
+	fs.Func("gateway-addresses", "comma-separated addresses (IPs or DNS names) where clients reach the Gateway listeners, such as the router Service's; written into every Programmed Gateway's status.addresses", func(v string) error {
+		o.GatewayAddresses = nil
+		for a := range strings.SplitSeq(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				o.GatewayAddresses = append(o.GatewayAddresses, a)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis (host:port) for the global rate limits of ModelRoutes whose rateLimit.global names no Redis of its own")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serve the API over HTTPS with this certificate (needs --tls-key-file)")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file")

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	"k8s.io/kubernetes/pkg/controller/deployment"
+	"k8s.io/kubernetes/pkg/controller/endpointslice"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	"k8s.io/kubernetes/pkg/controller/namespace"
 	"k8s.io/kubernetes/pkg/controller/replicaset"
@@ -26,9 +27,11 @@ import (
 
 // The kube-controller-manager loops a cluster runs that Berth's users (and tests) rely on:
 // owner references are honoured (garbage collector), a deleted namespace is emptied and goes
-// away (namespace controller), a plain Deployment gets its ReplicaSet and pods, and a pod's
+// away (namespace controller), a plain Deployment gets its ReplicaSet and pods, a pod's
 // ResourceClaimTemplates become its ResourceClaims, released and deleted when the pod ends so
-// its DRA devices are free again (ResourceClaim controller). They are
+// its DRA devices are free again (ResourceClaim controller), and a Service with a selector
+// gets EndpointSlices listing its Ready pods (what a gateway reads to reach a Service
+// backend). They are
 // kube-controller-manager's own controllers from k8s.io/kubernetes, wired the way its
 // controller descriptors wire them, not a copy; only their periods are shorter, so a test
 // sees a CRD installed mid-run collected within seconds.
@@ -49,7 +52,7 @@ type controllers struct {
 }
 
 // startControllers starts the garbage collector, the namespace, Deployment, ReplicaSet and
-// ResourceClaim controllers against cfg. They run until stop.
+// ResourceClaim and EndpointSlice controllers against cfg. They run until stop.
 func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config) (*controllers, error) {
 	cfg = rest.CopyConfig(cfg)
 	// Deleting a namespace's contents and collecting garbage are bursts of calls; the client's
@@ -103,6 +106,9 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 		c.cancel()
 		return nil, fmt.Errorf("resource claim controller: %w", err)
 	}
+	// kube-controller-manager's defaults: 100 endpoints per slice, updates batched for 0 s.
+	slices := endpointslice.NewController(ctx, typed.Core().V1().Pods(), typed.Core().V1().Services(), typed.Core().V1().Nodes(),
+		typed.Discovery().V1().EndpointSlices(), 100, kube, 0)
 	// Fills the aggregated ClusterRoles (admin, edit, view) from the roles that carry their
 	// aggregate-to labels, such as Berth's.
 	aggregation := clusterroleaggregation.NewClusterRoleAggregation(typed.Rbac().V1().ClusterRoles(), kube.RbacV1())
@@ -120,6 +126,7 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 	run(func() { replicaSets.Run(ctx, controllerWorkers) })
 	run(func() { claims.Run(ctx, controllerWorkers) })
 	run(func() { aggregation.Run(ctx, 1) })
+	run(func() { slices.Run(ctx, controllerWorkers) })
 	run(func() { <-ctx.Done(); typed.Shutdown(); untyped.Shutdown() })
 	return c, nil
 }

@@ -8,19 +8,21 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
 
-// The control plane runs kube-controller-manager's garbage collector, namespace, Deployment
-// and ReplicaSet controllers. These tests show each doing what a user of a cluster expects.
+// The control plane runs kube-controller-manager's garbage collector, namespace, Deployment,
+// ReplicaSet and EndpointSlice controllers. These tests show each doing what a user of a cluster expects.
 
 // gone waits until get reports NotFound, failing the test after a minute.
 func gone(t *testing.T, what string, get func(ctx context.Context) error) {
@@ -184,4 +186,42 @@ func TestResourceClaimControllerMakesAndRemovesPodClaims(t *testing.T) {
 		_, err := kube.ResourceV1().ResourceClaims(ns).Get(ctx, claimName, metav1.GetOptions{})
 		return err
 	})
+}
+
+// A Service with a selector gets an EndpointSlice naming its Ready pods on the target port,
+// as kube-controller-manager's EndpointSlice controller writes it (gateways read Service
+// backends from there). The pod's address is not loopback: the apiserver refuses those in
+// EndpointSlices (pkg/sim's PodNetwork gives simulated pods such addresses).
+func TestServiceGetsEndpointSlices(t *testing.T) {
+	ctx := t.Context()
+	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	ns := newNamespace(t, kube, "slices-")
+	node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{GenerateName: "slices-"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	_, err = kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 8080, TargetPort: intstr.FromInt32(3000)}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod, err := kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo-0", Labels: map[string]string{"app": "echo"}},
+		Spec:       corev1.PodSpec{NodeName: node.Name, Containers: []corev1.Container{{Name: "echo", Image: "echo"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.9.9.9", PodIPs: []corev1.PodIP{{IP: "10.9.9.9"}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	_, err = kube.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		slices, err := kube.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=echo"})
+		if err != nil || len(slices.Items) != 1 || len(slices.Items[0].Endpoints) != 1 || len(slices.Items[0].Ports) != 1 {
+			return false, nil
+		}
+		s := slices.Items[0]
+		return s.Endpoints[0].Addresses[0] == "10.9.9.9" && ptr.Deref(s.Endpoints[0].Conditions.Ready, false) && ptr.Deref(s.Ports[0].Port, 0) == 3000, nil
+	})
+	require.NoError(t, err, "no EndpointSlice names the Ready pod on port 3000")
 }

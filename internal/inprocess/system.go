@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -56,6 +57,11 @@ type KubeletOptions struct {
 	Engines *sim.EngineOptions
 	// Client is the kubelet's client (nil: one made from the system's rest.Config).
 	Client kubernetes.Interface
+	// PodNetwork is the kubelet's (sim.Kubelet.PodNetwork: 0 gives pods loopback addresses).
+	PodNetwork byte
+	// BeforeReady, when Engines is nil, is called with every pod about to be Ready
+	// (sim.Kubelet.BeforeReady): it starts the servers a test's pods run.
+	BeforeReady func(ctx context.Context, p *corev1.Pod)
 }
 
 // System is the running components.
@@ -109,6 +115,7 @@ func Start(ctx context.Context, cfg *rest.Config, o Options) (*System, error) {
 			}
 		}
 		s.Kubelet = sim.NewKubelet(kube, o.Kubelet.PodStartDelay)
+		s.Kubelet.PodNetwork, s.Kubelet.BeforeReady = o.Kubelet.PodNetwork, o.Kubelet.BeforeReady
 		if o.Kubelet.Engines != nil {
 			var err error
 			if s.Engines, err = sim.NewEngines(cfg, *o.Kubelet.Engines); err != nil {

@@ -40,6 +40,7 @@ func (r *Router) enableGateway() error {
 			ReadHeaderTimeout: r.opts.ReadHeaderTimeout, IdleTimeout: r.opts.IdleTimeout, Log: log},
 		status: gateway.NewStatusWriter(c, r.view.Reader(), log),
 	}
+	g.status.Addresses = gateway.StatusAddresses(r.opts.GatewayAddresses, r.opts.GatewayHost)
 	kube, err := kubernetes.NewForConfig(r.cfg)
 	if err != nil {
 		return err
@@ -119,6 +120,12 @@ func (r *Router) serveGateway(port int32, w http.ResponseWriter, req *http.Reque
 	defer r.finish(x)
 	fail := func(status int, code, msg string) {
 		x.status, x.reason = status, msg
+		if req.Method == http.MethodHead {
+			// A HEAD answer has no body, so it says no JSON either: a client (the Gateway
+			// API conformance suite's, HTTPRouteMethodMatching) would parse the empty body.
+			w.WriteHeader(status)
+			return
+		}
 		writeError(w, status, code, "", msg)
 	}
 	if !ok {

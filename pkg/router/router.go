@@ -106,6 +106,15 @@ type Options struct {
 	DisableGateway bool
 	// GatewayHost is the address Gateway listener ports are opened on ("" every interface).
 	GatewayHost string
+	// DialEndpoint, when set, opens the connections to endpoints (pods, Service endpoints)
+	// in place of a net.Dialer: the simulated cluster's pod network (sim.DialPodNetwork)
+	// reaches its pods' servers on loopback addresses this way.
+	DialEndpoint func(ctx context.Context, network, addr string) (net.Conn, error)
+	// GatewayAddresses are what every Programmed Gateway's status.addresses names: where
+	// clients reach the listeners (the router Service's address or DNS name), which
+	// `kubectl get gateway` shows and the conformance suite sends to. None: GatewayHost when
+	// it is a single IP address, else no address.
+	GatewayAddresses []string
 }
 
 // Defaults fills in zero fields.
@@ -211,6 +220,9 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 		return nil, err
 	}
 	p := proxy.New(o.UpstreamTLS)
+	if o.DialEndpoint != nil {
+		p.DialEndpointsWith(o.DialEndpoint)
+	}
 	scrapeClient := &http.Client{Transport: p.Client().Transport, Timeout: max(o.ScrapeInterval, 500*time.Millisecond)}
 	r := &Router{
 		cfg: cfg, opts: o, log: log, view: v, picker: picker, proxy: p,

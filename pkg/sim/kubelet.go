@@ -38,6 +38,12 @@ type Kubelet struct {
 	prepared      map[types.UID]preparedPod
 	prepareErrors map[types.UID]string
 
+	// PodNetwork, when not 0, is the first octet of pod IPs in place of 127: addresses
+	// EndpointSlices accept (the apiserver refuses loopback ones, so the EndpointSlice
+	// controller leaves 127.x pods out of every Service). Such a pod's servers listen on
+	// PodLoopback(ip), and clients reach them with DialPodNetwork. Set it before Run.
+	PodNetwork byte
+
 	// BeforeReady, when set, is called with a pod that has its IP, just before the kubelet
 	// reports it Running and Ready: the simulated engines start there, so an engine
 	// listens before anything routes to its pod. Set it before Run.
@@ -155,7 +161,11 @@ func (k *Kubelet) ip() string {
 	// pods share one (until 16 million pods).
 	n := k.nextIP.Add(1) - 1
 	last, rest := 1+n%254, n/254
-	return fmt.Sprintf("127.%d.%d.%d", 1+(rest>>8)%255, rest&0xff, last)
+	first := byte(127)
+	if k.PodNetwork != 0 {
+		first = k.PodNetwork
+	}
+	return fmt.Sprintf("%d.%d.%d.%d", first, 1+(rest>>8)%255, rest&0xff, last)
 }
 
 func (k *Kubelet) markRunning(ctx context.Context, ns, name string, uid any) error {

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
@@ -31,6 +32,9 @@ type Input struct {
 	// ModelRoutes are those with spec.parentRefs: each is served on the listeners of the
 	// Gateways it names.
 	ModelRoutes []*networkingv1alpha1.ModelRoute
+	// NamespaceLabels are a namespace's labels, for listeners whose
+	// allowedRoutes.namespaces.from is Selector (nil: no namespace matches).
+	NamespaceLabels func(namespace string) map[string]string
 	// PoolEndpoints is how many Ready endpoints an InferencePool has.
 	PoolEndpoints func(types.NamespacedName) int
 	// Certificate loads an HTTPS listener's certificate from a Secret (nil: HTTPS listeners
@@ -88,7 +92,22 @@ type listenerState struct {
 	bindErr  error
 	attached int32
 	fromAll  bool
+	// selector is allowedRoutes.namespaces.selector when from is Selector: the namespaces
+	// whose routes the listener admits, besides none.
+	selector labels.Selector
+	nsLabels func(string) map[string]string
 	cert     *tls.Certificate
+}
+
+// admits says whether the listener takes routes from namespace ns (allowedRoutes.namespaces).
+func (l *listenerState) admits(ns string) bool {
+	switch {
+	case l.fromAll:
+		return true
+	case l.selector != nil:
+		return l.nsLabels != nil && l.selector.Matches(labels.Set(l.nsLabels(ns)))
+	}
+	return l.gw.Namespace == ns
 }
 
 func (l *listenerState) programmed() bool {
@@ -371,23 +390,31 @@ func checkListener(gw *gwv1.Gateway, spec *gwv1.Listener, in Input) *listenerSta
 			case gwv1.NamespacesFromAll:
 				l.fromAll = true
 			case gwv1.NamespacesFromSelector:
-				l.accepted, l.reason, l.msg = false, string(gwv1.ListenerReasonUnsupportedValue),
-					"allowedRoutes.namespaces.from: Selector is not supported by berth-router; use Same or All"
+				sel, err := namespaceSelector(ar.Namespaces.Selector)
+				if err != nil {
+					l.accepted, l.reason, l.msg = false, string(gwv1.ListenerReasonUnsupportedValue), "allowedRoutes.namespaces.selector: "+err.Error()
+				}
+				l.selector, l.nsLabels = sel, in.NamespaceLabels
 			}
 		}
 		if len(ar.Kinds) > 0 {
 			l.kindsOK = false
-			modelRoutes := false
+			var invalid []string
 			for _, k := range ar.Kinds {
-				if k.Kind == "HTTPRoute" && (k.Group == nil || *k.Group == GatewayGroup) {
+				switch {
+				case k.Kind == "HTTPRoute" && (k.Group == nil || *k.Group == GatewayGroup):
 					l.kindsOK = true
-				}
-				if k.Kind == ModelRouteKind && k.Group != nil && string(*k.Group) == networkingv1alpha1.SchemeGroupVersion.Group {
-					modelRoutes = true
+				case k.Kind == ModelRouteKind && k.Group != nil && string(*k.Group) == networkingv1alpha1.SchemeGroupVersion.Group:
+				default:
+					invalid = append(invalid, string(k.Kind))
 				}
 			}
-			if !l.kindsOK && !modelRoutes {
-				l.refsOK, l.refsWhy, l.refsMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds), "allowedRoutes.kinds: berth-router serves HTTPRoute only"
+			// Any kind the router cannot serve makes ResolvedRefs False (the valid ones stay
+			// in supportedKinds), as the Gateway API prescribes (conformance test
+			// GatewayInvalidRouteKind).
+			if len(invalid) > 0 {
+				l.refsOK, l.refsWhy, l.refsMsg = false, string(gwv1.ListenerReasonInvalidRouteKinds),
+					fmt.Sprintf("allowedRoutes.kinds %s: berth-router serves HTTPRoute (and ModelRoute)", strings.Join(invalid, ", "))
 			}
 		}
 	}
@@ -395,6 +422,15 @@ func checkListener(gw *gwv1.Gateway, spec *gwv1.Listener, in Input) *listenerSta
 		checkCertificate(l, in)
 	}
 	return l
+}
+
+// namespaceSelector is allowedRoutes.namespaces.selector as a labels.Selector; from:
+// Selector without one selects nothing (the Gateway API requires it there).
+func namespaceSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	if ls == nil {
+		return labels.Nothing(), nil
+	}
+	return metav1.LabelSelectorAsSelector(ls)
 }
 
 func checkCertificate(l *listenerState, in Input) {
@@ -455,7 +491,10 @@ func CertificateRefs(gateways []*gwv1.Gateway) map[types.NamespacedName]bool {
 }
 
 // markConflicts flags listeners sharing a port with another of a different protocol, or
-// with the same protocol and hostname.
+// with another listener of the same Gateway with the same hostname. Listeners of different
+// Gateways with the same protocol and hostname are merged, not in conflict: the Gateway API
+// scopes Conflicted to one Gateway, and Gateways with no hostname on port 80 are the common
+// case (Config.Route takes the best rule of all of them).
 func markConflicts(all []*listenerState) {
 	byPort := map[gwv1.PortNumber][]*listenerState{}
 	for _, l := range all {
@@ -472,7 +511,7 @@ func markConflicts(all []*listenerState) {
 				switch {
 				case a.spec.Protocol != b.spec.Protocol:
 					a.conflict = string(gwv1.ListenerReasonProtocolConflict)
-				case a.served.Hostname == b.served.Hostname && a.conflict == "":
+				case a.gw == b.gw && a.served.Hostname == b.served.Hostname && a.conflict == "":
 					a.conflict = string(gwv1.ListenerReasonHostnameConflict)
 				}
 			}
@@ -508,7 +547,7 @@ func attach(hr *gwv1.HTTPRoute, ref gwv1.ParentReference, listeners []*listenerS
 	}
 	var allowed, bound []*listenerState
 	for _, l := range named {
-		if l.accepted && l.kindsOK && (l.fromAll || l.gw.Namespace == hr.Namespace) {
+		if l.accepted && l.kindsOK && l.admits(hr.Namespace) {
 			allowed = append(allowed, l)
 		}
 	}
@@ -752,6 +791,11 @@ func granted(grants []*gwv1.ReferenceGrant, fromKind, fromNS, group, kind string
 // a prefix, longer prefixes first, then a method match, more header matches, more query
 // matches; ties go to the older route, then by namespace/name, then by rule order.
 func sortRules(rules []*Rule) {
+	sort.SliceStable(rules, func(i, j int) bool { return ruleBefore(rules[i], rules[j]) })
+}
+
+// ruleBefore is the Gateway API's precedence: a before b when a is to be tried first.
+func ruleBefore(a, b *Rule) bool {
 	rank := func(m *Match) int {
 		switch m.PathType {
 		case gwv1.PathMatchExact:
@@ -761,31 +805,28 @@ func sortRules(rules []*Rule) {
 		}
 		return 0
 	}
-	sort.SliceStable(rules, func(i, j int) bool {
-		a, b := rules[i], rules[j]
-		if ra, rb := rank(&a.Match), rank(&b.Match); ra != rb {
-			return ra > rb
-		}
-		if a.Match.PathType != gwv1.PathMatchRegularExpression && len(a.Match.Path) != len(b.Match.Path) {
-			return len(a.Match.Path) > len(b.Match.Path)
-		}
-		if (a.Match.Method != "") != (b.Match.Method != "") {
-			return a.Match.Method != ""
-		}
-		if len(a.Match.Headers) != len(b.Match.Headers) {
-			return len(a.Match.Headers) > len(b.Match.Headers)
-		}
-		if len(a.Match.Query) != len(b.Match.Query) {
-			return len(a.Match.Query) > len(b.Match.Query)
-		}
-		if !a.created.Equal(b.created) {
-			return a.created.Before(b.created)
-		}
-		if a.Route != b.Route {
-			return a.Route.String() < b.Route.String()
-		}
-		return a.Index < b.Index
-	})
+	if ra, rb := rank(&a.Match), rank(&b.Match); ra != rb {
+		return ra > rb
+	}
+	if a.Match.PathType != gwv1.PathMatchRegularExpression && len(a.Match.Path) != len(b.Match.Path) {
+		return len(a.Match.Path) > len(b.Match.Path)
+	}
+	if (a.Match.Method != "") != (b.Match.Method != "") {
+		return a.Match.Method != ""
+	}
+	if len(a.Match.Headers) != len(b.Match.Headers) {
+		return len(a.Match.Headers) > len(b.Match.Headers)
+	}
+	if len(a.Match.Query) != len(b.Match.Query) {
+		return len(a.Match.Query) > len(b.Match.Query)
+	}
+	if !a.created.Equal(b.created) {
+		return a.created.Before(b.created)
+	}
+	if a.Route != b.Route {
+		return a.Route.String() < b.Route.String()
+	}
+	return a.Index < b.Index
 }
 
 // sortedObjects orders objects oldest first, then by namespace/name: the order conflicts
@@ -823,7 +864,7 @@ func attachModelRoutes(routes []*networkingv1alpha1.ModelRoute, ours map[types.N
 				if (ref.SectionName != nil && *ref.SectionName != l.spec.Name) || (ref.Port != nil && *ref.Port != l.spec.Port) {
 					continue
 				}
-				if !l.accepted || !(l.fromAll || l.gw.Namespace == mr.Namespace) || !admitsModelRoutes(l.spec) {
+				if !l.accepted || !l.admits(mr.Namespace) || !admitsModelRoutes(l.spec) {
 					continue
 				}
 				if !slices.Contains(l.served.modelRoutes, mr) {

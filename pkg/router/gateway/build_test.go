@@ -141,3 +141,66 @@ func TestRewritePath(t *testing.T) {
 	full := "/health"
 	assert.Equal(t, "/health", RewritePath(&gwv1.HTTPPathModifier{Type: gwv1.FullPathHTTPPathModifier, ReplaceFullPath: &full}, m, "/engine/x"))
 }
+
+// A listener with allowedRoutes.namespaces.from: Selector admits routes from the namespaces
+// whose labels match, and only those (the Gateway API conformance suite's backend-namespaces
+// Gateway is one).
+func TestNamespaceSelector(t *testing.T) {
+	in := world(t, `
+metadata: {name: in, namespace: team-a}
+spec:
+  parentRefs: [{name: gw, namespace: ns}]
+  rules: [{backendRefs: [{group: inference.networking.k8s.io, kind: InferencePool, name: pool, namespace: ns}]}]`, `
+metadata: {name: out, namespace: team-b}
+spec:
+  parentRefs: [{name: gw, namespace: ns}]
+  rules: [{backendRefs: [{group: inference.networking.k8s.io, kind: InferencePool, name: pool, namespace: ns}]}]`)
+	in.Gateways[0].Spec.Listeners = []gwv1.Listener{*decode[gwv1.Listener](t,
+		`{name: web, protocol: HTTP, port: 8080, allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {team: served}}}}}`)}
+	in.NamespaceLabels = func(ns string) map[string]string {
+		return map[string]map[string]string{"team-a": {"team": "served"}, "team-b": {"team": "other"}}[ns]
+	}
+	_, st := Build(in)
+	gs := st.Gateways[types.NamespacedName{Namespace: "ns", Name: "gw"}]
+	assert.Equal(t, metav1.ConditionTrue, condition(t, gs.Listeners[0].Conditions, "Accepted").Status)
+	assert.Equal(t, int32(1), gs.Listeners[0].AttachedRoutes)
+	assert.Equal(t, metav1.ConditionTrue, condition(t, st.Routes[types.NamespacedName{Namespace: "team-a", Name: "in"}][0].Conditions, "Accepted").Status)
+	out := condition(t, st.Routes[types.NamespacedName{Namespace: "team-b", Name: "out"}][0].Conditions, "Accepted")
+	assert.Equal(t, "NotAllowedByListeners", out.Reason)
+
+	in.Gateways[0].Spec.Listeners[0].AllowedRoutes.Namespaces.Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Bogus"}}
+	_, st = Build(in)
+	c := condition(t, st.Gateways[types.NamespacedName{Namespace: "ns", Name: "gw"}].Listeners[0].Conditions, "Accepted")
+	assert.Equal(t, "UnsupportedValue", c.Reason)
+	assert.Contains(t, c.Message, "allowedRoutes.namespaces.selector")
+}
+
+// Two Gateways with a hostname-less HTTP listener on one port (the conformance suite's base
+// Gateways are three such) are both served: their listeners are merged, not Conflicted, and
+// a request takes the best rule of either.
+func TestGatewaysShareAPort(t *testing.T) {
+	in := world(t, `
+metadata: {name: a, namespace: ns}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /a}}], backendRefs: [{group: inference.networking.k8s.io, kind: InferencePool, name: pool}]}]`, `
+metadata: {name: b, namespace: ns}
+spec:
+  parentRefs: [{name: gw2}]
+  rules: [{matches: [{path: {type: Exact, value: /a/exact}}], backendRefs: [{group: inference.networking.k8s.io, kind: InferencePool, name: pool}]}]`)
+	in.Gateways[0].Spec.Listeners = in.Gateways[0].Spec.Listeners[:1]
+	in.Gateways = append(in.Gateways, decode[gwv1.Gateway](t, `{metadata: {name: gw2, namespace: ns}, spec: {gatewayClassName: berth, listeners: [{name: web, protocol: HTTP, port: 8080}]}}`))
+	cfg, st := Build(in)
+	for _, name := range []string{"gw", "gw2"} {
+		gs := st.Gateways[types.NamespacedName{Namespace: "ns", Name: name}]
+		assert.Equal(t, "NoConflicts", condition(t, gs.Listeners[0].Conditions, "Conflicted").Reason, name)
+		assert.Equal(t, metav1.ConditionTrue, condition(t, gs.Conditions, "Programmed").Status, name)
+	}
+	r, ok := cfg.Route(8080, httptest.NewRequest("GET", "/a/exact", nil))
+	require.True(t, ok)
+	require.NotNil(t, r.Rule)
+	assert.Equal(t, "b", r.Rule.Route.Name, "the Exact match of gw2's route beats gw's prefix")
+	r, _ = cfg.Route(8080, httptest.NewRequest("GET", "/a/other", nil))
+	require.NotNil(t, r.Rule)
+	assert.Equal(t, "a", r.Rule.Route.Name)
+}

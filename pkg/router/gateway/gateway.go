@@ -252,18 +252,33 @@ func (c *Config) Route(port int32, req *http.Request) (Routed, bool) {
 		return Routed{}, false
 	}
 	host := hostOnly(req.Host)
+	// The most specific listener hostname matching the host takes the request; listeners of
+	// several Gateways with that same hostname are merged: the best rule of all of them wins.
+	var first *Listener
+	var best Routed
 	for _, l := range p.Listeners {
-		if !hostMatches(l.Hostname, host) {
+		if !hostMatches(l.Hostname, host) || first != nil && l.Hostname != first.Hostname {
 			continue
+		}
+		if first == nil {
+			first = l
 		}
 		for _, r := range l.Rules {
 			if routeHostMatches(r.Hostnames, host) && r.Match.matches(req) {
-				return Routed{Listener: l, Rule: r}, true
+				if best.Rule == nil || ruleBefore(r, best.Rule) {
+					best = Routed{Listener: l, Rule: r}
+				}
+				break // a listener's rules are in precedence order
 			}
 		}
-		return Routed{Listener: l}, true
 	}
-	return Routed{}, false
+	switch {
+	case first == nil:
+		return Routed{}, false
+	case best.Rule == nil:
+		return Routed{Listener: first}, true
+	}
+	return best, true
 }
 
 func hostOnly(h string) string {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -24,6 +25,9 @@ type StatusWriter struct {
 	Client client.Client
 	Reader client.Reader
 	Log    logr.Logger
+	// Addresses go into the status.addresses of every Gateway whose Programmed condition is
+	// True (a Gateway not served has none).
+	Addresses []gwv1.GatewayStatusAddress
 
 	latest chan *Status
 }
@@ -94,6 +98,10 @@ func (w *StatusWriter) write(ctx context.Context, s *Status) error {
 		}
 		next := g.DeepCopy()
 		next.Status.Conditions = merge(g.Status.Conditions, gs.Conditions)
+		next.Status.Addresses = nil
+		if meta.IsStatusConditionTrue(gs.Conditions, string(gwv1.GatewayConditionProgrammed)) {
+			next.Status.Addresses = w.Addresses
+		}
 		next.Status.Listeners = nil
 		for _, l := range gs.Listeners {
 			var old []metav1.Condition
@@ -172,6 +180,26 @@ func (w *StatusWriter) update(ctx context.Context, old, next client.Object, same
 	}
 	w.Log.V(1).Info("wrote Gateway API status", "kind", fmt.Sprintf("%T", old), "object", client.ObjectKeyFromObject(old).String())
 	return nil
+}
+
+// StatusAddresses are the status.addresses of the router's Gateways: each of addrs, an
+// IPAddress or a Hostname; without addrs, host when it is one IP address (the listeners
+// are opened there), else none.
+func StatusAddresses(addrs []string, host string) []gwv1.GatewayStatusAddress {
+	if len(addrs) == 0 {
+		if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+			addrs = []string{host}
+		}
+	}
+	var out []gwv1.GatewayStatusAddress
+	for _, a := range addrs {
+		typ := gwv1.HostnameAddressType
+		if net.ParseIP(a) != nil {
+			typ = gwv1.IPAddressType
+		}
+		out = append(out, gwv1.GatewayStatusAddress{Type: &typ, Value: a})
+	}
+	return out
 }
 
 func ignoreGone(err error) error {

@@ -58,6 +58,12 @@ func New(upstreamTLS *tls.Config) *Proxy {
 	}
 }
 
+// DialEndpointsWith makes the proxy (and the scraper sharing its transport) open connections
+// to endpoints with dial instead of a plain net.Dialer; call it before the first request.
+func (p *Proxy) DialEndpointsWith(dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
+	p.client.Transport.(*http.Transport).DialContext = dial
+}
+
 // providerTransport reaches a provider across the internet: through the environment's
 // proxy (HTTPS_PROXY, NO_PROXY), HTTP/2 when offered, the system's roots unless insecure.
 func providerTransport(insecure bool) *http.Transport {

@@ -55,7 +55,7 @@ func (v *View) Reader() client.Reader { return v.cache }
 
 func gatewayObjects() []client.Object {
 	return []client.Object{&gwv1.GatewayClass{}, &gwv1.Gateway{}, &gwv1.HTTPRoute{}, &gwv1.ReferenceGrant{},
-		&infv1.InferencePool{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}}
+		&infv1.InferencePool{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Namespace{}}
 }
 
 func (v *View) buildGateway(ctx context.Context, snap *Snapshot, podsIn func(string) ([]*corev1.Pod, error), modelRoutes []*networkingv1alpha1.ModelRoute) error {
@@ -66,13 +66,19 @@ func (v *View) buildGateway(ctx context.Context, snap *Snapshot, podsIn func(str
 		grants   gwv1.ReferenceGrantList
 		pools    infv1.InferencePoolList
 		services corev1.ServiceList
+		spaces   corev1.NamespaceList
 	)
-	for _, l := range []client.ObjectList{&classes, &gateways, &routes, &grants, &pools, &services} {
+	for _, l := range []client.ObjectList{&classes, &gateways, &routes, &grants, &pools, &services, &spaces} {
 		if err := v.cache.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
 			return err
 		}
 	}
 	in := gateway.Input{Services: map[types.NamespacedName]*corev1.Service{}, Bind: v.gw.bind, Certificate: v.gw.certificate, ModelRoutes: modelRoutes}
+	nsLabels := make(map[string]map[string]string, len(spaces.Items))
+	for i := range spaces.Items {
+		nsLabels[spaces.Items[i].Name] = spaces.Items[i].Labels
+	}
+	in.NamespaceLabels = func(ns string) map[string]string { return nsLabels[ns] }
 	var ours []*gwv1.Gateway
 	for i := range gateways.Items {
 		ours = append(ours, &gateways.Items[i])

@@ -73,8 +73,11 @@ func startSystem(t *testing.T) {
 			},
 			Routers: len(routers),
 			// The installation's Redis (--redis-addr), for routes whose global limit names none.
-			// Each replica opens Gateway listener ports on its own address (gateway_test.go).
-			Router: func(i int, o *router.Options) { o.RedisAddr, o.GatewayHost = redisAddr, gatewayHost(i) },
+			// Each replica opens Gateway listener ports on its own address (gateway_test.go);
+			// both publish the same status.addresses, as replicas behind one Service do.
+			Router: func(i int, o *router.Options) {
+				o.RedisAddr, o.GatewayHost, o.GatewayAddresses = redisAddr, gatewayHost(i), []string{gatewayHost(0)}
+			},
 		})
 		require.NoError(t, err)
 		system, kube, cl, engines = sys, sys.Kube, sys.Client, sys.Engines
