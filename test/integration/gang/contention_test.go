@@ -83,12 +83,21 @@ func TestContentionRandomGangStream(t *testing.T) {
 
 	specs := contentionStream(rng, mainPool, other)
 	c := &contention{w: w, seed: seed, notes: notes, specs: specs, pools: []*gpuPool{mainPool, other}}
-	c.logStream()
+	start := c.run(rng, hitBefore)
+	t.Logf("seed=%d: done in %s", seed, time.Since(start).Round(time.Millisecond))
+}
 
-	c.watch = w.watchGangs(seed)
-	c.watch.notes = notes
+// run feeds the stream, one gang every 100-300 ms, under a watch for the whole run, then
+// checks that the scheduler is work-conserving once the stream stops, drains the placed
+// gangs until every gang has been placed (no starvation) and that the fast path was used.
+// It returns when the stream began.
+func (c *contention) run(rng *rand.Rand, hitBefore float64) time.Time {
+	w, t := c.w, c.w.t
+	c.logStream()
+	c.watch = w.watchGangs(c.seed)
+	c.watch.notes = c.notes
 	start := time.Now()
-	for i, s := range specs {
+	for i, s := range c.specs {
 		if i > 0 {
 			time.Sleep(time.Duration(100+rng.IntN(201)) * time.Millisecond)
 		}
@@ -97,7 +106,7 @@ func TestContentionRandomGangStream(t *testing.T) {
 		s.created = time.Since(start)
 		c.checkPodGroup(s)
 	}
-	t.Logf("seed=%d: %d gangs created in %s", seed, len(specs), time.Since(start).Round(time.Millisecond))
+	t.Logf("seed=%d: %d gangs created in %s", c.seed, len(c.specs), time.Since(start).Round(time.Millisecond))
 	c.requireNoViolations()
 
 	if !c.workConserving(workConservingWithin, "the stream stopped", true) {
@@ -108,7 +117,7 @@ func TestContentionRandomGangStream(t *testing.T) {
 	c.drain()
 	c.requireNoViolations()
 	c.checkFastPath(hitBefore)
-	t.Logf("seed=%d: done in %s", seed, time.Since(start).Round(time.Millisecond))
+	return start
 }
 
 // The same stream, with DRA GPUs: the main pool mixes nodes whose GPUs are DRA devices
@@ -144,32 +153,13 @@ func TestContentionDRA(t *testing.T) {
 			s.useDRA()
 		}
 	}
+	agreeBefore, _ := counterValue(t, "berth_placement_dra_allocation_checks_total", map[string]string{"result": "agree"})
+	differBefore, _ := counterValue(t, "berth_placement_dra_allocation_checks_total", map[string]string{"result": "disagree"})
 	c := &contention{w: w, seed: seed, notes: notes, specs: specs, pools: []*gpuPool{mainPool, other}}
-	c.logStream()
-
-	c.watch = w.watchGangs(seed)
-	c.watch.notes = notes
-	start := time.Now()
-	for i, s := range specs {
-		if i > 0 {
-			time.Sleep(time.Duration(100+rng.IntN(201)) * time.Millisecond)
-		}
-		c.watch.register(s)
-		w.createGang(s.name, s.minRole, s.roles...)
-		s.created = time.Since(start)
-		c.checkPodGroup(s)
-	}
-	t.Logf("seed=%d: %d gangs created in %s", seed, len(specs), time.Since(start).Round(time.Millisecond))
-	c.requireNoViolations()
-	if !c.workConserving(workConservingWithin, "the stream stopped", true) {
-		t.FailNow()
-	}
-	c.requireNoViolations()
-	c.drain()
-	c.requireNoViolations()
-	c.checkFastPath(hitBefore)
+	start := c.run(rng, hitBefore)
 	checked, _ := counterValue(t, "berth_placement_dra_allocation_checks_total", map[string]string{"result": "agree"})
 	differ, _ := counterValue(t, "berth_placement_dra_allocation_checks_total", map[string]string{"result": "disagree"})
+	checked, differ = checked-agreeBefore, differ-differBefore
 	assert.Zero(t, differ, "the DynamicResources plugin allocated what the plans chose")
 	assert.Positive(t, checked, "DRA pods went through their plans")
 	t.Logf("seed=%d: done in %s; allocations compared with the plan: %v agree, %v disagree", seed, time.Since(start).Round(time.Millisecond), checked, differ)
