@@ -41,7 +41,8 @@ func kubeSchedulerAPIs(gate featuregate.FeatureGate) []apicheck.API {
 		apicheck.Builtin("1.19", "events.k8s.io/v1", "events"),
 	)
 	if gate.Enabled(features.DynamicResourceAllocation) { // locked on since 1.35
-		apis = append(apis, apicheck.Builtin("1.34", "resource.k8s.io/v1", "resourceclaims", "resourceslices", "deviceclasses")...)
+		// resourceclaimtemplates: Berth's plans read a pod's template before its claim exists.
+		apis = append(apis, apicheck.Builtin("1.34", "resource.k8s.io/v1", "resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses")...)
 		if gate.Enabled(features.DRADeviceTaintRules) {
 			apis = append(apis, apicheck.Builtin("1.37", "resource.k8s.io/v1", "devicetaintrules")...)
 		}

@@ -116,7 +116,7 @@ func TestOlderReleases(t *testing.T) {
 		gitVersion: "v1.33.5", minor: "33",
 		lacks: func(a apicheck.API) bool { return a.GroupVersion == "resource.k8s.io/v1" },
 		want: "berth-scheduler needs APIs that the apiserver (v1.33.5) does not serve: " +
-			"resource.k8s.io/v1 resourceclaims, resourceslices, deviceclasses and devicetaintrules (Kubernetes 1.37 or later)",
+			"resource.k8s.io/v1 resourceclaims, resourceclaimtemplates, resourceslices, deviceclasses and devicetaintrules (Kubernetes 1.37 or later)",
 	}, {
 		gitVersion: "v1.36.1", minor: "36",
 		lacks: func(a apicheck.API) bool { return a.Resource == "devicetaintrules" },
@@ -187,7 +187,7 @@ func TestMissingAPIsStopTheStart(t *testing.T) {
 	path := shippedConfig(t, dir, kc)
 
 	const want = "berth-scheduler needs APIs that the apiserver (v1.37) does not serve: " +
-		"resource.k8s.io/v1 resourceclaims, resourceslices, deviceclasses and devicetaintrules (turned off on this apiserver: see its --runtime-config); " +
+		"resource.k8s.io/v1 resourceclaims, resourceclaimtemplates, resourceslices, deviceclasses and devicetaintrules (turned off on this apiserver: see its --runtime-config); " +
 		"the CRDs podgroups.scheduling.volcano.sh (scheduling.volcano.sh/v1beta1) and hypernodes.topology.volcano.sh (topology.volcano.sh/v1alpha1): " +
 		"install Volcano, or kubectl apply --server-side -f manifests/crds/volcano/"
 
