@@ -237,6 +237,15 @@ func TestDRACliqueFromNodeLabel(t *testing.T) {
 	node.Labels["nvidia.com/gpu.clique"] = clique
 	_, err = kube.CoreV1().Nodes().Update(w.ctx, node, metav1.UpdateOptions{})
 	require.NoError(t, err)
+	// A clique label anywhere turns on the optional nvlink tier (tier 1, leaf moving to 2)
+	// for every later test of the package: take it off again.
+	t.Cleanup(func() {
+		n, err := kube.CoreV1().Nodes().Get(w.ctx, draA100, metav1.GetOptions{})
+		require.NoError(t, err)
+		delete(n.Labels, "nvidia.com/gpu.clique")
+		_, err = kube.CoreV1().Nodes().Update(w.ctx, n, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	})
 	w.eventually("the slice to carry the clique", time.Minute, func() bool {
 		s, err := kube.ResourceV1().ResourceSlices().Get(w.ctx, sim.GPUSliceName(draA100), metav1.GetOptions{})
 		if err != nil || s.Spec.Pool.Generation < 2 {
