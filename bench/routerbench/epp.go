@@ -259,7 +259,15 @@ func runEPP(ctx context.Context, c *cluster, cfg eppConfig) (*eppReport, error) 
 		fmt.Fprintf(&b, "| %s | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %s | %d |\n", s.name, o.n, o.completed, o.p50, o.p90, o.p99, o.max, le, o.errs)
 	}
 	bp99 := lat[berth.name].p99
-	fmt.Fprintf(&b, "\nTarget: berth-router's decision p99 ≤ 1 ms at %.0f requests/s: %.3f ms — %s\n", cfg.rate, bp99, verdict(bp99 <= 1))
+	// The target is judged on the picker's own decision time (its histogram: p99 ≤ 1 ms when
+	// at least 99% of decisions are ≤ 1 ms), at a rate the run sustained. The client-side
+	// figure is shown beside it: on a 2-core machine it also counts gRPC on loopback and the
+	// emulated Envoy waiting for the same cores, which a real Envoy on its own cores does not.
+	bo := lat[berth.name]
+	sustained := bo.completed >= 0.95*cfg.rate
+	fmt.Fprintf(&b, "\nTarget: berth-router's decision p99 ≤ 1 ms at %.0f requests/s, by its own histogram at a rate the run sustained: "+
+		"%.1f%% of decisions ≤ 1 ms, %.0f completed/s — %s (at the data plane, client side: p99 %.3f ms)\n",
+		cfg.rate, 100*bo.serverLE1ms, bo.completed, verdict(sustained && bo.serverN > 0 && bo.serverLE1ms >= 0.99), bp99)
 	if cfg.peer != "" {
 		po := lat[peer.name]
 		fmt.Fprintf(&b, "Ratios berth ÷ peer: decision p50 %.2f, p99 %.2f\n", lat[berth.name].p50/po.p50, bp99/po.p99)
