@@ -72,7 +72,7 @@ func TestLedgerCountsDomainsOverMultiPodGroups(t *testing.T) {
 // must be inside one, and neither scheduler may fail a group the fit check places.
 func TestNVLinkDomainsWithDRAGPUs(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a control plane and both schedulers")
+		t.Skip("starts a control plane and both schedulers (about 20 s); runs in make test, which does not pass -short")
 	}
 	f := newFabricOf(sim.Fabric{Spines: 1, LeavesPerSpine: 2, NodesPerLeaf: 4, NodesPerNVLink: 4, GPUsPerNode: 4,
 		GPUProducts: []string{"gb200"}, CPU: "144", Memory: "960Gi"}, true)

@@ -316,18 +316,8 @@ func measureDecisions(ctx context.Context, h *eppHandle, rate float64, warm, dur
 	o := latencyOutcome{n: len(samples), completed: float64(len(samples)) / time.Since(t0).Seconds()}
 	after, herr := scrapeHistogram(h.metricsURL, h.histogram)
 
-	var ds []float64
-	for _, x := range samples {
-		if x.err != nil {
-			o.errs++
-			if o.firstErr == nil {
-				o.firstErr = x.err
-			}
-			continue
-		}
-		ds = append(ds, ms(x.decision))
-	}
-	slices.Sort(ds)
+	ds, errs, firstErr := sortedOK(samples, func(x eppSample) float64 { return ms(x.decision) })
+	o.errs, o.firstErr = errs, firstErr
 	o.p50, o.p90, o.p99 = quantile.NearestRank(ds, 0.5), quantile.NearestRank(ds, 0.9), quantile.NearestRank(ds, 0.99)
 	if len(ds) > 0 {
 		o.max = ds[len(ds)-1]
@@ -634,28 +624,10 @@ func eppReplay(ctx context.Context, h *eppHandle, cl *http.Client, load []arriva
 // summarizeQuality gives TTFT in simulated ms and the engines' prefix-cache hit rate.
 func summarizeQuality(samples []eppSample, scale float64, engines []*engine.Server) qualityOutcome {
 	var o qualityOutcome
-	var good []float64
-	for _, x := range samples {
-		if x.err != nil {
-			o.errs++
-			if o.firstErr == nil {
-				o.firstErr = x.err
-			}
-			continue
-		}
-		good = append(good, float64(x.ttft)/scale/float64(time.Millisecond))
-	}
-	slices.Sort(good)
+	good, errs, firstErr := sortedOK(samples, func(x eppSample) float64 { return float64(x.ttft) / scale / float64(time.Millisecond) })
+	o.errs, o.firstErr = errs, firstErr
 	o.ttftP50, o.ttftP90, o.ttftP99 = quantile.NearestRank(good, 0.5), quantile.NearestRank(good, 0.9), quantile.NearestRank(good, 0.99)
-	var hit, query int64
-	for _, e := range engines {
-		st := e.Stats()
-		hit += st.PrefixHitTokens
-		query += st.PrefixQueryTokens
-	}
-	if query > 0 {
-		o.hitRate = float64(hit) / float64(query)
-	}
+	o.hitRate = prefixHitRate(engines)
 	return o
 }
 
@@ -730,4 +702,21 @@ func scrapeHistogram(url, name string) (histogramReading, error) {
 		return r, fmt.Errorf("no %s on the page", name)
 	}
 	return r, nil
+}
+
+// sortedOK is f of every sample without an error, sorted, with the errors counted and the
+// first kept.
+func sortedOK(samples []eppSample, f func(eppSample) float64) (vals []float64, errs int, first error) {
+	for _, x := range samples {
+		if x.err != nil {
+			errs++
+			if first == nil {
+				first = x.err
+			}
+			continue
+		}
+		vals = append(vals, f(x))
+	}
+	slices.Sort(vals)
+	return vals, errs, first
 }

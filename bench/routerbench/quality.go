@@ -275,15 +275,7 @@ func qualityOnce(ctx context.Context, c *cluster, ecfg engine.Config, ips []stri
 	slices.Sort(good)
 	o.ttftP50, o.ttftP90, o.ttftP99 = quantile.NearestRank(good, 0.5), quantile.NearestRank(good, 0.9), quantile.NearestRank(good, 0.99)
 	o.rps = float64(len(good)) / (last.Sub(start).Seconds() / scale)
-	var hit, query int64
-	for _, e := range engines {
-		st := e.Stats()
-		hit += st.PrefixHitTokens
-		query += st.PrefixQueryTokens
-	}
-	if query > 0 {
-		o.hitRate = float64(hit) / float64(query)
-	}
+	o.hitRate = prefixHitRate(engines)
 	return o, nil
 }
 
@@ -304,4 +296,18 @@ func streamOne(cl *http.Client, url string, body []byte, due time.Time) (time.Du
 		return 0, statusError(resp.StatusCode)
 	}
 	return chatstream.FirstToken(resp.Body, due)
+}
+
+// prefixHitRate is the share of prompt tokens the engines found in their prefix caches.
+func prefixHitRate(engines []*engine.Server) float64 {
+	var hit, query int64
+	for _, e := range engines {
+		st := e.Stats()
+		hit += st.PrefixHitTokens
+		query += st.PrefixQueryTokens
+	}
+	if query == 0 {
+		return 0
+	}
+	return float64(hit) / float64(query)
 }

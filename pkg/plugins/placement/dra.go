@@ -318,11 +318,22 @@ func (s *deviceState) allocate(ctx context.Context, pod *corev1.Pod, node *corev
 	if len(claims) == 0 {
 		return out, nil
 	}
+	slices := s.slicesFor(node.Name)
 	st := s.allocated
 	if taken.Len() > 0 {
-		st.AllocatedDevices = s.allocated.AllocatedDevices.Union(taken)
+		// The allocator looks up only the devices of the slices it is given: copy the
+		// allocated ones among those, not the whole cluster's set, for each node tried.
+		busy := taken.Clone()
+		for _, sl := range slices {
+			for _, d := range sl.Spec.Devices {
+				if id := structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, d.Name); s.allocated.AllocatedDevices.Has(id) {
+					busy.Insert(id)
+				}
+			}
+		}
+		st.AllocatedDevices = busy
 	}
-	alloc, err := structured.NewAllocator(ctx, s.d.features, st, s.d.mgr.DeviceClasses(), s.slicesFor(node.Name), s.d.cel)
+	alloc, err := structured.NewAllocator(ctx, s.d.features, st, s.d.mgr.DeviceClasses(), slices, s.d.cel)
 	if err != nil {
 		return nil, err
 	}

@@ -52,9 +52,6 @@ type Plan struct {
 	expires time.Time // zero: never
 }
 
-// Devices are the DRA devices the plan gives the pod's claims, nil when none.
-func (p *Plan) Devices(uid types.UID) []structured.DeviceID { return p.devices[uid] }
-
 // assignDevices records the pod's devices: the plan keeps each as one unit of its own
 // resource (DeviceKey), so no other group's plan or pod takes it.
 func (p *Plan) assignDevices(uid types.UID, ids []structured.DeviceID) {

@@ -68,15 +68,6 @@ func (s *Simulation) Clone() *Simulation {
 	return c
 }
 
-// Devices are the DRA devices the simulation gave the pod, in the order the allocator
-// chose them; nil for a pod without claims or not placed.
-func (s *Simulation) Devices(pod *corev1.Pod) []structured.DeviceID {
-	if d := s.got[pod.UID]; d != nil {
-		return d.devices
-	}
-	return nil
-}
-
 // ClaimError is the allocator's error for a claim that no node can take, or nil.
 func (s *Simulation) ClaimError() error { return s.claimErr }
 

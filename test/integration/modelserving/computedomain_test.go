@@ -187,24 +187,7 @@ func TestComputeDomainPerServingGroup(t *testing.T) {
 	w.change("nvl", func(ms *workloadv1alpha1.ModelServing) {
 		ms.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image = "vllm:v2"
 	})
-	w.eventually("nvl-0 is back on the new template with a new domain", 60*time.Second, func() bool {
-		cd, err := w.computeDomain("nvl-0")
-		if err != nil || cd.GetUID() == old.GetUID() {
-			return false
-		}
-		pods := w.pods(sel)
-		if len(pods) != 2 {
-			return false
-		}
-		for _, p := range pods {
-			for _, o := range oldPods {
-				if p.UID == o.UID {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	w.eventually("nvl-0 is back on the new template with a new domain", 60*time.Second, func() bool { return w.replacedWithNewDomain("nvl-0", old, sel, oldPods) })
 	w.expectEvent("nvl", "Normal", workload.ReasonDeleteComputeDomain, "ComputeDomain nvl-0:")
 	cd, err = w.computeDomain("nvl-0")
 	require.NoError(t, err)
@@ -232,24 +215,7 @@ func TestComputeDomainFollowsGroupRecreate(t *testing.T) {
 	before := w.pods(sel)
 
 	require.NoError(t, kubelet.FailPod(w.ctx, w.ns, "rec-0-server-0-1"))
-	w.eventually("the group is recreated with a new domain", 60*time.Second, func() bool {
-		cd, err := w.computeDomain("rec-0")
-		if err != nil || cd.GetUID() == old.GetUID() {
-			return false
-		}
-		pods := w.pods(sel)
-		if len(pods) != 2 {
-			return false
-		}
-		for _, p := range pods {
-			for _, o := range before {
-				if p.UID == o.UID {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	w.eventually("the group is recreated with a new domain", 60*time.Second, func() bool { return w.replacedWithNewDomain("rec-0", old, sel, before) })
 	w.expectEvent("rec", "Warning", workload.ReasonRecreateGroup, "rec-0")
 	w.expectEvent("rec", "Normal", workload.ReasonDeleteComputeDomain, "ComputeDomain rec-0: the group it served was recreated")
 	cd, err := w.computeDomain("rec-0")
@@ -258,4 +224,25 @@ func TestComputeDomainFollowsGroupRecreate(t *testing.T) {
 		assert.False(t, p.CreationTimestamp.Before(ptr.To(cd.GetCreationTimestamp())), "pod %s is not older than the new domain", p.Name)
 		assert.Equal(t, "rec-0-channel", ptr.Deref(p.Spec.ResourceClaims[0].ResourceClaimTemplateName, ""))
 	}
+}
+
+// replacedWithNewDomain: the group's ComputeDomain is another object than old, and the
+// group's two pods are all new (none of before).
+func (w *world) replacedWithNewDomain(name string, old *unstructured.Unstructured, sel map[string]string, before []corev1.Pod) bool {
+	cd, err := w.computeDomain(name)
+	if err != nil || cd.GetUID() == old.GetUID() {
+		return false
+	}
+	pods := w.pods(sel)
+	if len(pods) != 2 {
+		return false
+	}
+	for _, p := range pods {
+		for _, o := range before {
+			if p.UID == o.UID {
+				return false
+			}
+		}
+	}
+	return true
 }
