@@ -46,6 +46,7 @@ type options struct {
 	repeat    int
 	weights   string
 	maxPods   int
+	groupPods string // pods per group by weight; empty: 1..maxPods uniform
 	maxGroups int
 	modes     []mode
 	timeout   time.Duration
@@ -67,6 +68,8 @@ func main() {
 	repeat := flag.Int("repeat", 3, "run each scheduler on this many streams, seeds seed, seed+1, ...")
 	weightsFlag := flag.String("gpu-weights", "1:40,2:25,4:20,8:15", "GPUs per pod and their relative weights in the stream (4:1 with -fabric nvl72)")
 	maxPods := flag.Int("max-group-pods", 8, "groups have 1..this many pods (uniform; 18 with -fabric nvl72)")
+	groupPods := flag.String("group-pods", "", "pods per group and their relative weights instead of 1..-max-group-pods uniform, "+
+		"e.g. 1:1,2:1,4:1,8:1,16:1,18:1 for tensor-parallel sizes of 4, 8, 16, 32, 64 and 72 GPUs with -fabric nvl72")
 	maxGroups := flag.Int("max-groups", 5000, "stop feeding after this many groups")
 	stopAfter := flag.Int("stop-after-failures", 1, "once a group of whole-node pods has failed, stop feeding at the failure that makes this many (10 with -fabric nvl72)")
 	modes := flag.String("modes", "berth,default", "which schedulers to run, in order")
@@ -78,7 +81,7 @@ func main() {
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	o := options{seed: *seed, repeat: *repeat, weights: *weightsFlag, maxPods: *maxPods, maxGroups: *maxGroups,
+	o := options{seed: *seed, repeat: *repeat, weights: *weightsFlag, maxPods: *maxPods, groupPods: *groupPods, maxGroups: *maxGroups,
 		timeout: *timeout, stopAfter: *stopAfter}
 	switch *fabricName {
 	case "leafspine":
@@ -143,6 +146,10 @@ func runAll(ctx context.Context, o options) (string, map[mode][]result, error) {
 	if err != nil {
 		return "", nil, err
 	}
+	podWeights, err := parseGroupPods(o.groupPods, max(o.maxPods, 1))
+	if err != nil {
+		return "", nil, fmt.Errorf("-group-pods: %w", err)
+	}
 	// The schedulers alone, as kube-scheduler's scheduler_perf measures them: no garbage
 	// collector or other controllers beside them; with DRA GPUs the ResourceClaim
 	// controller is needed (it makes each pod's claim from its template and frees it when
@@ -168,13 +175,19 @@ func runAll(ctx context.Context, o options) (string, map[mode][]result, error) {
 	results := map[mode][]result{}
 	for i := 0; i < o.repeat; i++ {
 		s := o.seed + uint64(i)
-		groups := streamGroups(s, weights, o.maxPods, o.maxGroups)
+		groups := streamGroups(s, weights, o.maxPods, o.maxGroups, podWeights)
+		ceil, fit, bounded := f.bounds(groups)
+		if bounded {
+			fmt.Fprintf(os.Stderr, "seed %d: a one-domain scheduler fails at group %d or before (%d GPUs placed); best fit fails at group %d (%d GPUs)\n",
+				s, ceil.first, ceil.gpus, fit.first, fit.gpus)
+		}
 		for _, m := range o.modes {
 			fmt.Fprintf(os.Stderr, "%s seed %d: feeding groups...\n", m, s)
 			r, err := b.run(ctx, m, s, groups)
 			if err != nil {
 				return "", nil, err
 			}
+			r.ceiling, r.bestFit, r.bounded = ceil, fit, bounded
 			results[m] = append(results[m], r)
 			fmt.Fprintf(os.Stderr, "%s seed %d: done in %s\n", m, s, r.elapsed.Round(time.Second))
 		}
@@ -187,8 +200,12 @@ func runAll(ctx context.Context, o options) (string, map[mode][]result, error) {
 	if f.dra {
 		gpus = "DRA gpu.nvidia.com"
 	}
-	report := fmt.Sprintf("Fabric: %s = %d nodes, %d %s GPUs. Stream: %s, 1–%d pods per group, GPUs per pod %s.\n\n",
-		f.sim.Describe(), len(f.nodes), f.totalGPUs(), gpus, seeds, o.maxPods, o.weights) + table(f, o.modes, results)
+	pods := fmt.Sprintf("1–%d pods per group", o.maxPods)
+	if o.groupPods != "" {
+		pods = "pods per group " + o.groupPods
+	}
+	report := fmt.Sprintf("Fabric: %s = %d nodes, %d %s GPUs. Stream: %s, %s, GPUs per pod %s.\n\n",
+		f.sim.Describe(), len(f.nodes), f.totalGPUs(), gpus, seeds, pods, o.weights) + table(f, o.modes, results)
 	return report, results, nil
 }
 
@@ -229,6 +246,14 @@ func table(f *fabric, modes []mode, rs map[mode][]result) string {
 			}},
 		{name: "GPUs allocated at the first failure", format: percent,
 			value: func(r result) (float64, bool) { return float64(r.gpusAtFirst) / total, true }},
+		{name: "… the most any one-domain scheduler can have at its first failure on this stream (exhaustive)", format: percent, domains: true,
+			value: func(r result) (float64, bool) { return float64(r.ceiling.gpus) / total, r.bounded && r.ceiling.exact }},
+		{name: "… this scheduler's share of that most", format: percent, domains: true,
+			value: func(r result) (float64, bool) {
+				return float64(r.gpusAtFirst) / float64(r.ceiling.gpus), r.bounded && r.ceiling.exact && r.ceiling.gpus > 0
+			}},
+		{name: "… best fit (each group into the fullest domain that holds it), by the bench's model", format: percent, domains: true,
+			value: func(r result) (float64, bool) { return float64(r.bestFit.gpus) / total, r.bounded }},
 		{name: "(1) multi-pod groups inside one leaf", format: percent, noDomains: true,
 			value: func(r result) (float64, bool) { return ratioOf(r.spread.oneLeaf, r.spread.multiPod) }},
 		{name: "(1) multi-pod groups inside one NVLink domain", format: percent, domains: true,

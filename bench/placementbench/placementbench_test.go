@@ -14,8 +14,8 @@ func TestStreamIsDeterministicAndFollowsWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := streamGroups(7, weights, 8, 20000)
-	b := streamGroups(7, weights, 8, 20000)
+	a := streamGroups(7, weights, 8, 20000, nil)
+	b := streamGroups(7, weights, 8, 20000, nil)
 	counts := map[int]int{}
 	for i := range a {
 		if a[i] != b[i] {
@@ -31,7 +31,7 @@ func TestStreamIsDeterministicAndFollowsWeights(t *testing.T) {
 			t.Errorf("%d-GPU groups: share %.3f, want about %.2f", gpus, got, want)
 		}
 	}
-	if c := streamGroups(8, weights, 8, 50); c[0] == a[0] && c[1] == a[1] && c[2] == a[2] {
+	if c := streamGroups(8, weights, 8, 50, nil); c[0] == a[0] && c[1] == a[1] && c[2] == a[2] {
 		t.Errorf("seeds 7 and 8 start alike")
 	}
 }
@@ -89,6 +89,15 @@ func TestNVLinkDomainsWithDRAGPUs(t *testing.T) {
 	}
 	t.Log("\n" + report)
 	berth := results[berthMode][0]
+	if !berth.bounded || !berth.ceiling.exact {
+		t.Fatalf("no bounds for a stream of whole-node pods on NVLink domains: %+v", berth)
+	}
+	// Berth keeps whole domains free by filling the fullest domain that holds a group: on
+	// this stream it must reach its first failure exactly where best fit does, and no
+	// one-domain scheduler can pass the ceiling.
+	if berth.gpusAtFirst != berth.bestFit.gpus || berth.gpusAtFirst > berth.ceiling.gpus {
+		t.Errorf("berth: %d GPUs at its first failure; best fit %d, ceiling %d", berth.gpusAtFirst, berth.bestFit.gpus, berth.ceiling.gpus)
+	}
 	if berth.spread.multiPod == 0 || berth.spread.oneDomain != berth.spread.multiPod {
 		t.Errorf("berth: %d of %d multi-pod groups inside one NVLink domain, want all (and some)",
 			berth.spread.oneDomain, berth.spread.multiPod)
@@ -118,5 +127,47 @@ func TestFitCheckNeedsRoomInOneDomain(t *testing.T) {
 	}
 	if !f.fits(l, groupSpec{pods: 4, gpus: 2}) {
 		t.Error("4 pods of 2 GPUs: domain 1's two free nodes hold them")
+	}
+}
+
+// TestBoundsOnAKnownStream: two domains of 5 nodes, groups of 2, 2, 3, 3 nodes. Best fit
+// puts both 2s into one domain and has no room for the second 3; packed 2+3 and 2+3, all
+// four fit, which the exhaustive ceiling finds.
+func TestBoundsOnAKnownStream(t *testing.T) {
+	groups := []groupSpec{{pods: 2, gpus: 4}, {pods: 2, gpus: 4}, {pods: 3, gpus: 4}, {pods: 3, gpus: 4}, {pods: 1, gpus: 4}}
+	if got := bestFit([]int{5, 5}, groups, 4); got.first != 3 || got.gpus != 7*4 {
+		t.Errorf("best fit: %+v, want first failure at group 3 with 28 GPUs", got)
+	}
+	if got := ceiling([]int{5, 5}, groups, 4); got.first != 4 || got.gpus != 10*4 || !got.exact {
+		t.Errorf("ceiling: %+v, want first failure at group 4 (more pods than nodes) with 40 GPUs", got)
+	}
+	if got := ceiling([]int{5, 5}, groups[:4], 4); got.first != 4 || got.gpus != 40 {
+		t.Errorf("ceiling of a stream that fits whole: %+v", got)
+	}
+	f := newFabricOf(sim.Fabric{Spines: 1, LeavesPerSpine: 2, NodesPerLeaf: 5, NodesPerNVLink: 5, GPUsPerNode: 4,
+		GPUProducts: []string{"gb200"}}, true)
+	if _, _, ok := f.bounds(groups); !ok {
+		t.Error("bounds: not computed for whole-node pods on NVLink domains")
+	}
+	if _, _, ok := f.bounds(append(groups, groupSpec{pods: 1, gpus: 2})); ok {
+		t.Error("bounds: computed for a stream with pods smaller than a node")
+	}
+}
+
+func TestGroupPodsFollowWeights(t *testing.T) {
+	w, _ := parseWeights("4:1", 4)
+	pw, err := parseGroupPods("1:1,18:3", 18)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[int]int{}
+	for _, g := range streamGroups(3, w, 18, 4000, pw) {
+		counts[g.pods]++
+	}
+	if len(counts) != 2 || math.Abs(float64(counts[18])/4000-0.75) > 0.03 {
+		t.Errorf("pods per group: %v, want 1 and 18 in 1:3", counts)
+	}
+	if _, err := parseGroupPods("19:1", 18); err == nil {
+		t.Error("19 pods on domains of 18: no error")
 	}
 }

@@ -75,6 +75,11 @@ type result struct {
 	elapsed     time.Duration
 
 	// Over every group fed.
+	// The stream's bounds (bound.go), the same for every mode of a seed; bounded is false
+	// where they do not apply (no NVLink domains, or pods smaller than a node).
+	ceiling, bestFit streamBound
+	bounded          bool
+
 	failures         int // groups not placed whole
 	feasibleFailures int // of them, groups the fit check says could have been placed
 	gpusAtEnd        int

@@ -186,6 +186,12 @@ func (g *Gang) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	if err == nil && s.planned != "" {
+		if n := g.victimsLeaving(key); n > 0 {
+			// A preemptor sent to the node its victims are leaving: their pods (or, with
+			// DRA, their claims' devices) are still there. The plan stands; the group is
+			// tried again as each victim leaves.
+			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: planned node %s has room once %d pods preempted for it have left (with their devices)", key, s.planned, n))
+		}
 		fastPath.WithLabelValues("stale").Inc()
 		g.model.Exclude(key, s.planned)
 		g.model.Drop(key)

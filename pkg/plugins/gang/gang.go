@@ -16,6 +16,7 @@ package gang
 import (
 	"context"
 	"fmt"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"sync"
 	"time"
 
@@ -61,8 +62,14 @@ type Gang struct {
 	victimOf map[types.UID]victim
 }
 
-// victim is a pod being preempted: where it is and the group it makes room for.
-type victim struct{ namespace, name, preemptor string }
+// victim is a pod being preempted: where it is and the group it makes room for. With
+// devices (DRA), the room is there only once they are freed, which comes after the pod is
+// gone: the entry stays, gone set, until then.
+type victim struct {
+	namespace, name, preemptor string
+	devices                    []structured.DeviceID
+	gone                       bool
+}
 
 // groupState is the plugin's memory of one PodGroup between scheduling cycles; the pods
 // it holds are the placement model's.
@@ -71,6 +78,10 @@ type groupState struct {
 	backoffUntil time.Time
 	reqVersion   string // PodGroup resourceVersion req was built from
 	req          *placement.Requirement
+	// roomArrived: the last of the pods preempted for the group has just left (with its
+	// DRA devices freed); its next cycle plans on a snapshot that has the room, so it does
+	// not preempt again in the cycle that saw them go.
+	roomArrived bool
 }
 
 var (
@@ -182,6 +193,15 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 			g.activate(key)
 		}
 	})
+	// A preemption's victims' DRA devices are freed after their pods are gone, when the
+	// ResourceClaim controller deletes or deallocates their claims: the preemptor tries again
+	// then (and, until then, does not preempt again for room already on its way).
+	if _, err := handle.SharedInformerFactory().Resource().V1().ResourceClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, _ any) { g.victimDevicesFreed() },
+		DeleteFunc: func(any) { g.victimDevicesFreed() },
+	}); err != nil {
+		return nil, fmt.Errorf("gang: watch ResourceClaims: %w", err)
+	}
 	// Nor does a group whose PodGroup is deleted, once its pods are gone too.
 	groups.OnDelete(g.forget)
 	go g.status.run(ctx)

@@ -47,6 +47,12 @@ func (g *Gang) preempt(ctx context.Context, pod *corev1.Pod, pg *volcanov1beta1.
 		// their room is on its way and preempting again would evict more than needed.
 		return false, fmt.Sprintf("waiting for %d pods preempted for it to leave", n)
 	}
+	if g.takeRoomArrived(key) {
+		// The victims left while this cycle ran on a snapshot taken before: try again on
+		// one that has their room before evicting anyone else.
+		g.activate(key)
+		return false, "the pods preempted for it have left; trying again"
+	}
 	prio := g.groupPriority(pg, g.groupPods(key))
 	budgets := g.budgets()
 	candidates, protected := g.victimCandidates(key, prio, budgets)
@@ -84,8 +90,9 @@ func (g *Gang) preempt(ctx context.Context, pod *corev1.Pod, pg *volcanov1beta1.
 	g.model.Nominate(key, pre.Plan, ttl)
 	g.mu.Lock()
 	for i := range pre.Victims {
+		devices := pre.Victims[i].Devices()
 		for _, p := range pre.Victims[i].Pods {
-			g.victimOf[p.UID] = victim{namespace: p.Namespace, name: p.Name, preemptor: key}
+			g.victimOf[p.UID] = victim{namespace: p.Namespace, name: p.Name, preemptor: key, devices: devices}
 		}
 	}
 	g.mu.Unlock()
@@ -347,8 +354,9 @@ func (g *Gang) markDisruptionTarget(ctx context.Context, p *corev1.Pod, msg stri
 	return err
 }
 
-// victimsLeaving counts the pods preempted for the group that still exist (for every
-// group when key is ""), forgetting those that left.
+// victimsLeaving counts the pods preempted for the group that still exist, or are gone
+// with their DRA devices not yet freed (for every group when key is ""), forgetting those
+// that left.
 func (g *Gang) victimsLeaving(key string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -359,20 +367,61 @@ func (g *Gang) victimsLeaving(key string) int {
 		}
 		if p, err := g.podLister.Pods(v.namespace).Get(v.name); err == nil && p.UID == uid {
 			n++
+		} else if g.model.AnyAllocated(v.devices) {
+			n++ // gone, its devices not freed yet
 		} else {
 			delete(g.victimOf, uid)
+			g.stateLocked(v.preemptor).roomArrived = true
 		}
 	}
 	return n
 }
 
-// victimGone re-queues the preemptor of a victim pod that just left.
+// takeRoomArrived reports, once, that the group's last victims have just left.
+func (g *Gang) takeRoomArrived(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st, ok := g.states[key]
+	if !ok || !st.roomArrived {
+		return false
+	}
+	st.roomArrived = false
+	return true
+}
+
+// victimGone re-queues the preemptor of a victim pod that just left, or, when the victim's
+// DRA devices are still allocated, waits for victimDevicesFreed to.
 func (g *Gang) victimGone(pod *corev1.Pod) {
 	g.mu.Lock()
 	v, ok := g.victimOf[pod.UID]
-	delete(g.victimOf, pod.UID)
+	if ok && g.model.AnyAllocated(v.devices) {
+		v.gone = true
+		g.victimOf[pod.UID] = v
+		ok = false
+	} else if ok {
+		delete(g.victimOf, pod.UID)
+		g.stateLocked(v.preemptor).roomArrived = true
+	}
 	g.mu.Unlock()
 	if ok {
 		g.activate(v.preemptor)
+	}
+}
+
+// victimDevicesFreed re-queues the preemptors of victims that are gone and whose devices
+// are now free.
+func (g *Gang) victimDevicesFreed() {
+	g.mu.Lock()
+	var ready []string
+	for uid, v := range g.victimOf {
+		if v.gone && !g.model.AnyAllocated(v.devices) { // only gone victims list devices
+			delete(g.victimOf, uid)
+			g.stateLocked(v.preemptor).roomArrived = true
+			ready = append(ready, v.preemptor)
+		}
+	}
+	g.mu.Unlock()
+	for _, key := range ready {
+		g.activate(key)
 	}
 }

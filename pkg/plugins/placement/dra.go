@@ -154,6 +154,13 @@ func (d *DRA) state(empty bool, freed sets.Set[structured.DeviceID]) *deviceStat
 			return s
 		}
 		s.allocated = *st
+		if freed.Len() > 0 {
+			// A preemption's victims give their devices back. Devices allocated whole are
+			// in AllocatedDevices; a victim's share of a shared device (consumable
+			// capacity) is not given back here, so a preemption that needs it finds
+			// no room rather than room that is not there.
+			s.allocated.AllocatedDevices = st.AllocatedDevices.Difference(freed)
+		}
 		return s
 	}
 	ids, err := d.mgr.ResourceClaims().ListAllAllocatedDevices()

@@ -71,6 +71,35 @@ func (m *Model) withFreed(vs []Victim) []Victim {
 	return out
 }
 
+// Devices are the DRA devices evicting the victim gives back, on every node: those of
+// claims only its pods use. They are freed some time after its pods are gone, once the
+// ResourceClaim controller has deleted or deallocated the claims.
+func (v Victim) Devices() []structured.DeviceID {
+	var out []structured.DeviceID
+	for _, r := range v.freed {
+		out = append(out, keptDevices(r)...)
+	}
+	return out
+}
+
+// AnyAllocated reports whether any of the devices is still allocated (or being allocated)
+// to a claim.
+func (m *Model) AnyAllocated(ids []structured.DeviceID) bool {
+	if m.dra == nil || len(ids) == 0 {
+		return false
+	}
+	allocated, err := m.dra.mgr.ResourceClaims().ListAllAllocatedDevices()
+	if err != nil {
+		return true // not known to be free: keep waiting
+	}
+	for _, id := range ids {
+		if allocated.Has(id) {
+			return true
+		}
+	}
+	return false
+}
+
 // OnlyProtected begins PlanPreemption's refusal when only victims a disruption budget
 // protects would make room.
 const OnlyProtected = "it would fit only by evicting "
