@@ -121,15 +121,18 @@ test-integration:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/integration/...
 
 ## test-deps: what the tests need beyond Go. The router's tests start a real redis-server;
-## when it is missing it is installed from Debian's redis-server package (as root, or with
+## routerbench's smoke test runs nginx (/usr/sbin/nginx) as the router's peer. Whatever is
+## missing is installed from Debian's redis-server and nginx-light packages (as root, or with
 ## passwordless sudo), or make stops naming the one command to run.
 test-deps:
-	@command -v redis-server >/dev/null && exit 0; \
-	echo "redis-server is not on the PATH; installing Debian's redis-server package"; \
+	@missing=; command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	[ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
+	[ -z "$$missing" ] && exit 0; \
+	echo "installing Debian's$$missing for the tests"; \
 	sudo=; [ "$$(id -u)" -eq 0 ] || sudo="sudo -n"; \
-	install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server; }; \
-	if command -v apt-get >/dev/null && { install || { $$sudo apt-get update && install; }; } && command -v redis-server >/dev/null; then exit 0; fi; \
-	echo "make test needs redis-server: run 'sudo apt-get install redis-server' (or your system's package of it), then make test again" >&2; \
+	install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }; \
+	if command -v apt-get >/dev/null && { install || { $$sudo apt-get update && install; }; } && command -v redis-server >/dev/null && [ -x /usr/sbin/nginx ]; then exit 0; fi; \
+	echo "make test needs redis-server and nginx: run 'sudo apt-get install redis-server nginx-light' (or your system's packages of them), then make test again" >&2; \
 	exit 1
 
 ## test: everything CI runs

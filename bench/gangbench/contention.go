@@ -331,12 +331,12 @@ type contentionResult struct {
 func (b *bench) contention(ctx context.Context, c contentionOptions, modes []mode, runs int) (string, error) {
 	var cm []mode
 	for _, m := range modes {
-		if m != ceiling {
+		if m.gangs() {
 			cm = append(cm, m)
 		}
 	}
 	if len(cm) == 0 {
-		return "", fmt.Errorf("contention: needs mode native or berth (ceiling has no gangs)")
+		return "", fmt.Errorf("contention: needs mode native or berth (%s and %s have no gangs)", berthNoGang, defaultNoGang)
 	}
 	var rows []string
 	for _, n := range c.sizes {

@@ -156,7 +156,7 @@ func TestMedianAndRotate(t *testing.T) {
 	if m := quantile.Median([]float64{4, 1}); m != 2.5 {
 		t.Errorf("median %v", m)
 	}
-	if r := rotate([]mode{native, berth, ceiling}, 1); !reflect.DeepEqual(r, []mode{berth, ceiling, native}) {
+	if r := rotate([]mode{native, berth, defaultNoGang}, 1); !reflect.DeepEqual(r, []mode{berth, defaultNoGang, native}) {
 		t.Errorf("rotate %v", r)
 	}
 }

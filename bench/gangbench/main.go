@@ -3,15 +3,18 @@
 // k8s.io/kubernetes v1.37.1 test/integration/scheduler_perf/podgroup/gangscheduling
 // (5000 nodes; 1000, 2000 and 3000 gangs of 3 pods; 3 gangs of 1000 pods).
 //
-// Each workload runs in three modes on the same nodes with the same pods:
-//   - native:  kube-scheduler 1.37's GangScheduling plugin (GenericWorkload gate) on
+// Each workload runs in four modes on the same nodes with the same pods:
+//   - native:         kube-scheduler 1.37's GangScheduling plugin (GenericWorkload gate) on
 //     scheduling.k8s.io/v1beta1 PodGroups;
-//   - berth:   berth-scheduler (manifests/scheduler/config.yaml) on Volcano PodGroups;
-//   - ceiling: the default profile, the same pods without any gang.
+//   - berth:          berth-scheduler (manifests/scheduler/config.yaml) on Volcano PodGroups;
+//   - berth-nogang:   berth-scheduler's same profile, the same pods without PodGroups: the
+//     ceiling, what Berth's own scheduler does when it has no gang to hold together;
+//   - default-nogang: kube-scheduler's default profile, the same pods without any gang.
 //
 // Throughput is pods bound per second, from the first pod created to the last pod bound,
-// with the scheduler already running and synced. All three share the machine, the
-// apiserver and the node set, so their ratios are what to read. Each workload runs -runs
+// with the scheduler already running and synced. Every mode shares the machine, the
+// apiserver and the node set, and every scheduler runs at the same client QPS and burst
+// (inprocess.BenchRate), so their ratios are what to read. Each workload runs -runs
 // times per mode (modes interleaved, the first mode rotating from run to run); the table
 // shows the median per mode, the ratios of the medians and the range of the per-run
 // berth/native ratio.
@@ -29,7 +32,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,7 +55,6 @@ import (
 	"github.com/berth-sh/berth/bench/internal/fanout"
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/inprocess"
-	"github.com/berth-sh/berth/internal/quantile"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/scheduler"
 	"github.com/berth-sh/berth/pkg/sim"
@@ -75,19 +76,60 @@ var workloads = []workload{
 type mode string
 
 const (
-	native  mode = "native"
-	berth   mode = "berth"
-	ceiling mode = "ceiling"
+	native mode = "native"
+	berth  mode = "berth"
+	// berthNoGang is the ceiling for berth: its own profile on the same pods with no
+	// PodGroup, so nothing is held in Permit and no group is planned.
+	berthNoGang mode = "berth-nogang"
+	// defaultNoGang is kube-scheduler's default profile on the same pods with no gang.
+	// Earlier tables called it "ceiling"; it is not one for berth, whose shipped profile
+	// differs from the default (bench/README.md).
+	defaultNoGang mode = "default-nogang"
 )
+
+// allModes are the modes in the order tables show them.
+var allModes = []mode{native, berth, berthNoGang, defaultNoGang}
+
+// gangs is whether a mode's pods belong to gangs.
+func (m mode) gangs() bool { return m == native || m == berth }
+
+// berthScheduler is whether a mode runs berth-scheduler's shipped profile.
+func (m mode) berthScheduler() bool { return m == berth || m == berthNoGang }
+
+// parseModes reads -modes. "ceiling", the old name, is refused with what replaced it.
+func parseModes(list string) ([]mode, error) {
+	var out []mode
+	for _, s := range strings.Split(list, ",") {
+		m := mode(strings.TrimSpace(s))
+		switch {
+		case slices.Contains(allModes, m):
+			out = append(out, m)
+		case m == "ceiling":
+			return nil, fmt.Errorf("-modes: \"ceiling\" is now %q (kube-scheduler's default profile, no gangs); the ceiling for berth is %q (berth's own profile, no gangs)", defaultNoGang, berthNoGang)
+		default:
+			return nil, fmt.Errorf("-modes: unknown mode %q (want %s)", s, joinModes(allModes))
+		}
+	}
+	return out, nil
+}
+
+func joinModes(ms []mode) string {
+	var s []string
+	for _, m := range ms {
+		s = append(s, string(m))
+	}
+	return strings.Join(s, ", ")
+}
 
 func main() {
 	nodes := flag.Int("nodes", 5000, "simulated CPU nodes for the upstream workloads (upstream: 5000)")
 	only := flag.String("workloads", "", "comma-separated workload names to run, \"contention\" among them (default: the upstream ones)")
 	scale := flag.Float64("scale", 1, "multiply gang counts by this (for a quick look; 1 = upstream)")
 	out := flag.String("out", "", "also write the markdown tables to this file")
-	modes := flag.String("modes", "native,berth,ceiling", "which schedulers to run (contention skips ceiling)")
+	modes := flag.String("modes", joinModes(allModes), "which schedulers to run (contention and preemption run only the gang modes, native and berth)")
 	runs := flag.Int("runs", 3, "run each workload this many times per mode (modes interleaved); tables show medians")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the first berth run of each workload to this file (the last workload's wins)")
+	figures := flag.String("figures", "", "write the figures (SVG) and the raw numbers (CSV) into this directory")
 	var c contentionOptions
 	contention := flag.Bool("contention", false, "also run the GPU contention workload (see CONTENTION.md)")
 	sizes := flag.String("contention-sizes", "16,64", "contention: GPU pool sizes in nodes of 8 GPUs")
@@ -135,15 +177,8 @@ func main() {
 			po.sizes = append(po.sizes, n)
 		}
 	}
-	var runModes []mode
-	for _, m := range strings.Split(*modes, ",") {
-		switch mode(strings.TrimSpace(m)) {
-		case native, berth, ceiling:
-			runModes = append(runModes, mode(strings.TrimSpace(m)))
-		default:
-			must(fmt.Errorf("-modes: unknown mode %q (want native, berth, ceiling)", m))
-		}
-	}
+	runModes, err := parseModes(*modes)
+	must(err)
 	if runContention {
 		for _, s := range strings.Split(*sizes, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -156,16 +191,8 @@ func main() {
 
 	began := time.Now()
 	ctx := context.Background()
-	flags := append(controlplane.DefaultAPIServerFlags(),
-		"--runtime-config=scheduling.k8s.io/v1beta1=true",
-		"--feature-gates=GenericWorkload=true",
-		// Deleting a run's pods between runs is otherwise one etcd delete at a time.
-		"--delete-collection-workers=16",
-	)
-	// The schedulers alone, as kube-scheduler's scheduler_perf measures them: no garbage
-	// collector or other controllers beside them.
 	fmt.Fprintf(os.Stderr, "starting control plane...\n")
-	cp, err := controlplane.Start(ctx, controlplane.Options{APIServerFlags: flags, NoControllers: true})
+	cp, err := startControlPlane(ctx)
 	must(err)
 	defer cp.Stop()
 
@@ -192,47 +219,12 @@ func main() {
 	if len(selected) > 0 {
 		fmt.Fprintf(os.Stderr, "%d CPU nodes for the upstream workloads\n", *nodes)
 		must(b.ensureCPUNodes(ctx, *nodes))
-		var rows []string
-		for _, w := range selected {
-			rates := map[mode][]float64{}
-			var ratios []float64
-			for r := 0; r < *runs; r++ {
-				this := map[mode]float64{}
-				for _, m := range rotate(runModes, r) {
-					profile := m == berth && r == 0 && *cpuProfile != ""
-					if profile {
-						f, err := os.Create(*cpuProfile)
-						must(err)
-						must(pprof.StartCPUProfile(f))
-					}
-					podsPerSec, err := b.run(ctx, w, m)
-					if profile {
-						pprof.StopCPUProfile()
-					}
-					must(err)
-					this[m] = podsPerSec
-					rates[m] = append(rates[m], podsPerSec)
-					fmt.Fprintf(os.Stderr, "%-42s run %d/%d %-8s %8.1f pods/s\n", w.name, r+1, *runs, m, podsPerSec)
-				}
-				if this[native] > 0 && this[berth] > 0 {
-					ratios = append(ratios, this[berth]/this[native])
-				}
-			}
-			med := map[mode]float64{}
-			for m, v := range rates {
-				med[m] = quantile.Median(v)
-			}
-			rangeCell := "–"
-			if len(ratios) > 0 {
-				rangeCell = fmt.Sprintf("%.2f–%.2f", slices.Min(ratios), slices.Max(ratios))
-			}
-			rows = append(rows, fmt.Sprintf("| %s | %d | %s | %s | %s | %s | %s | %s |", w.name, w.gangs*w.podsPerGroup,
-				num(med[native], 0), num(med[berth], 0), num(med[ceiling], 0),
-				ratio(med[berth], med[native]), ratio(med[berth], med[ceiling]), rangeCell))
+		tp, err := b.throughput(ctx, selected, runModes, *runs, *cpuProfile)
+		must(err)
+		tables = append(tables, tp.table(*nodes))
+		if *figures != "" {
+			must(tp.writeFigures(*figures))
 		}
-		tables = append(tables, fmt.Sprintf("Median of %s per mode (modes interleaved, the starting mode rotating from run to run), %d nodes.\n\n", plural(*runs, "run"), *nodes)+
-			"| workload | pods | native pods/s | berth pods/s | ceiling pods/s | berth/native | berth/ceiling | berth/native min–max |\n"+
-			"|---|---:|---:|---:|---:|---:|---:|---:|\n"+strings.Join(rows, "\n")+"\n")
 	}
 	all := strings.Join(tables, "\n")
 	fmt.Print(all)
@@ -240,6 +232,20 @@ func main() {
 	if *out != "" {
 		must(os.WriteFile(*out, []byte(all), 0o644))
 	}
+}
+
+// startControlPlane starts the apiserver and etcd with native gangs served (the
+// scheduling.k8s.io/v1beta1 API and the GenericWorkload gate).
+func startControlPlane(ctx context.Context) (*controlplane.ControlPlane, error) {
+	flags := append(controlplane.DefaultAPIServerFlags(),
+		"--runtime-config=scheduling.k8s.io/v1beta1=true",
+		"--feature-gates=GenericWorkload=true",
+		// Deleting a run's pods between runs is otherwise one etcd delete at a time.
+		"--delete-collection-workers=16",
+	)
+	// The schedulers alone, as kube-scheduler's scheduler_perf measures them: no garbage
+	// collector or other controllers beside them.
+	return controlplane.Start(ctx, controlplane.Options{APIServerFlags: flags, NoControllers: true})
 }
 
 // listed says whether name is in the comma-separated list.
@@ -401,7 +407,7 @@ func (b *bench) run(ctx context.Context, w workload, m mode) (float64, error) {
 	fmt.Fprintf(os.Stderr, "  %s/%s: scheduler ready, creating %d pods\n", w.name, m, total)
 	if err := fanout.Run(total, 16, func(i int) error {
 		group := ""
-		if m != ceiling {
+		if m.gangs() {
 			group = fmt.Sprintf("gang-%d", i/w.podsPerGroup)
 		}
 		_, err := b.kube.CoreV1().Pods(ns).Create(ctx, b.pod(ns, m, fmt.Sprintf("pod-%d", i), group), metav1.CreateOptions{})
@@ -468,7 +474,7 @@ func (b *bench) pod(ns string, m mode, name, group string) *corev1.Pod {
 				corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("100Mi")}}}}},
 	}
 	switch m {
-	case berth:
+	case berth, berthNoGang:
 		p.Spec.SchedulerName = workloadv1alpha1.BerthSchedulerName
 		if group != "" {
 			p.Annotations = map[string]string{groupNameKey: group}
@@ -492,8 +498,10 @@ func (b *bench) schedulerConfig(m mode) (string, error) {
 	if err := b.cp.WriteKubeconfig(kubeconfig); err != nil {
 		return "", err
 	}
+	// Every mode at the same client QPS and burst (BenchRate): a scheduler's rate toward
+	// the apiserver bounds its bind rate, so a difference would be measured, not the scheduler.
 	var cfg []byte
-	if m == berth {
+	if m.berthScheduler() {
 		cfg, err = inprocess.SchedulerConfig(kubeconfig, inprocess.SchedulerOptions{})
 	} else {
 		cfg, err = inprocess.DefaultSchedulerConfig(kubeconfig, inprocess.BenchRate)

@@ -107,7 +107,7 @@ func (b *bench) preemption(ctx context.Context, o preemptionOptions, modes []mod
 		results := map[mode][]preemptionResult{}
 		for r := 0; r < runs; r++ {
 			for _, m := range rotate(modes, r) {
-				if m == ceiling {
+				if !m.gangs() {
 					continue
 				}
 				res, err := b.preempt(ctx, victims, need, m, o.timeout)

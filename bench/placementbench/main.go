@@ -75,6 +75,7 @@ func main() {
 	modes := flag.String("modes", "berth,default", "which schedulers to run, in order")
 	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for one group to be bound or reported unschedulable")
 	out := flag.String("out", "", "also write the markdown table to this file")
+	figures := flag.String("figures", "", "write the placement maps (SVG) and the raw numbers (CSV) into this directory")
 	flag.Parse()
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
@@ -130,8 +131,11 @@ func main() {
 	}
 
 	start := time.Now()
-	report, _, err := runAll(context.Background(), o)
+	report, results, err := runAll(context.Background(), o)
 	must(err)
+	if *figures != "" {
+		must(writeFigures(*figures, o.fabric, o.modes, results))
+	}
 	fmt.Print(report)
 	fmt.Fprintf(os.Stderr, "total %s\n", time.Since(start).Round(time.Second))
 	if *out != "" {

@@ -83,6 +83,11 @@ type result struct {
 	failures         int // groups not placed whole
 	feasibleFailures int // of them, groups the fit check says could have been placed
 	gpusAtEnd        int
+
+	// For the figures (figures.go): every group placed whole, in order; the first
+	// placedAtFirst of them were placed before the first failure.
+	placed        []placement
+	placedAtFirst int
 }
 
 // run feeds the stream to one scheduler, one group at a time, on the empty fabric.
@@ -167,6 +172,7 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 				res.groupsPlaced, res.podsPlaced = len(led.groups), led.pods()
 				res.gpusAtFirst, res.freeNodesAtFirst, res.spread = led.gpus(), led.freeNodes(), led.spread()
 				res.feeding = lastPlaced.Sub(feedStart)
+				res.placedAtFirst = len(led.groups)
 				fmt.Fprintf(os.Stderr, "  %s: first failure at group %d (%s) after %d groups, %d/%d GPUs: %s\n",
 					label, g.index, g, res.groupsPlaced, res.gpusAtFirst, b.fabric.totalGPUs(), why)
 			}
@@ -188,8 +194,9 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 		res.groupsPlaced, res.podsPlaced = len(led.groups), led.pods()
 		res.gpusAtFirst, res.freeNodesAtFirst, res.spread = led.gpus(), led.freeNodes(), led.spread()
 		res.feeding = lastPlaced.Sub(feedStart)
+		res.placedAtFirst = len(led.groups)
 	}
-	res.gpusAtEnd = led.gpus()
+	res.gpusAtEnd, res.placed = led.gpus(), led.groups
 	res.elapsed = time.Since(started)
 	return res, nil
 }

@@ -38,6 +38,7 @@ func main() {
 	runs := flag.Int("runs", 1, "runs of each experiment; tables give medians")
 	seed := flag.Uint64("seed", 1, "seed of the quality workload")
 	out := flag.String("out", "", "also write the tables to this file")
+	figures := flag.String("figures", "", "write the figures (SVG) of the overhead and quality experiments and their numbers (CSV) into this directory")
 	nginxBin := flag.String("nginx", "/usr/sbin/nginx", "nginx binary")
 
 	engines := flag.Int("engines", 4, "overhead: engines")
@@ -86,9 +87,13 @@ func main() {
 	must(err)
 	defer c.stop()
 
+	var rec *recorder
+	if *figures != "" {
+		rec = newRecorder()
+	}
 	var tables []string
 	if *doOverhead {
-		t, err := runOverhead(ctx, c, overheadConfig{engines: *engines, conc: *conc, warm: *warm, dur: *dur, runs: *runs, nginx: *nginxBin, cpuProfile: *cpuProfile, rate: *rate, inProcess: *inProcess || *cpuProfile != ""})
+		t, err := runOverhead(ctx, c, overheadConfig{engines: *engines, conc: *conc, warm: *warm, dur: *dur, runs: *runs, nginx: *nginxBin, cpuProfile: *cpuProfile, rate: *rate, inProcess: *inProcess || *cpuProfile != "", rec: rec})
 		if err != nil {
 			c.stop()
 			must(err)
@@ -104,6 +109,8 @@ func main() {
 		systemTokens: *systemTokens, userTokens: *userTokens, maxTokens: *maxTokens, cachePrompts: cp,
 		load: *load, realSeconds: *realSeconds, runs: *runs, seed: *seed}
 	if *doQuality {
+		qcfg := qcfg
+		qcfg.rec = rec
 		t, err := runQuality(ctx, c, qcfg)
 		if err != nil {
 			c.stop()
@@ -121,6 +128,9 @@ func main() {
 		}
 		tables = append(tables, r.table)
 		fmt.Println(r.table)
+	}
+	if rec != nil {
+		must(rec.write(*figures))
 	}
 	if *out != "" {
 		header := fmt.Sprintf("Command: `go run ./bench/routerbench %s` (seed %d)\n\n", strings.Join(os.Args[1:], " "), *seed)

@@ -35,6 +35,8 @@ type overheadConfig struct {
 	// inProcess runs berth-router inside the benchmark's process (needed for cpuProfile's
 	// split by component) instead of as its own process, as nginx runs.
 	inProcess bool
+	// rec, when not nil, keeps every sample for -figures.
+	rec *recorder
 }
 
 // overheadBody is the smallest useful chat request: one token out, non-streaming.
@@ -165,6 +167,7 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 			}
 			rps[p.name] = r
 			res[p.name].maxRPS = append(res[p.name].maxRPS, r)
+			cfg.rec.maxRate(run, p.name, r)
 			res[p.name].note(errs, ferr)
 			progress("  %.0f requests/s, %d errors", r, errs)
 		}
@@ -178,6 +181,7 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 			progress("overhead run %d/%d: %s open loop at %.0f requests/s for %s", run+1, cfg.runs, p.name, rate, cfg.dur)
 			l, errs, ferr := openLoop(p.cl, p.t, overheadBody, rate, cfg.dur)
 			res[p.name].note(errs, ferr)
+			cfg.rec.openLoop(run, p.name, rate, l)
 			lat[p.name] = [2]float64{ms(quantile.NearestRank(l, 0.5)), ms(quantile.NearestRank(l, 0.99))}
 			progress("  p50 %.3f ms, p99 %.3f ms, %d errors", lat[p.name][0], lat[p.name][1], errs)
 			p.cl.CloseIdleConnections()

@@ -32,6 +32,8 @@ type qualityConfig struct {
 	realSeconds  float64 // arrival span in real time per configuration
 	runs         int
 	seed         uint64
+	// rec, when not nil, keeps every TTFT for -figures.
+	rec *recorder
 }
 
 // The engines' simulated timing, an 8B model on one GPU give or take.
@@ -70,6 +72,7 @@ type qualityOutcome struct {
 	hitRate                   float64 // engines' prefix-cache hit tokens / looked-up tokens
 	errs                      int
 	firstErr                  error
+	ttft                      []float64 // every answered request's TTFT, sorted
 }
 
 // rate is the Poisson arrival rate (per simulated second) that puts cfg.load on the
@@ -172,6 +175,7 @@ func runQuality(ctx context.Context, c *cluster, cfg qualityConfig) (string, err
 			progress("  TTFT p50 %.0f ms p90 %.0f ms, %.1f requests/s, prefix hit rate %.0f%%, %d errors",
 				o.ttftP50, o.ttftP90, o.rps, 100*o.hitRate, o.errs)
 			outcomes[p.name] = append(outcomes[p.name], o)
+			cfg.rec.qualityRun(run, p.name, o.ttft)
 		}
 	}
 
@@ -275,6 +279,7 @@ func qualityOnce(ctx context.Context, c *cluster, ecfg engine.Config, ips []stri
 	slices.Sort(good)
 	o.ttftP50, o.ttftP90, o.ttftP99 = quantile.NearestRank(good, 0.5), quantile.NearestRank(good, 0.9), quantile.NearestRank(good, 0.99)
 	o.rps = float64(len(good)) / (last.Sub(start).Seconds() / scale)
+	o.ttft = good
 	o.hitRate = prefixHitRate(engines)
 	return o, nil
 }

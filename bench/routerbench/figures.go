@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/berth-sh/berth/bench/internal/figure"
+	"github.com/berth-sh/berth/internal/quantile"
+)
+
+// recorder keeps the raw samples behind the tables for -figures: every open-loop latency
+// of the overhead experiment, every closed-loop max rate, and every request's TTFT of the
+// quality experiment. A nil recorder records nothing.
+type recorder struct {
+	mu sync.Mutex
+	// Overhead: per path (in the order first seen), the latencies (ms) of every run's open
+	// loop pooled, and the open-loop rates.
+	latency  map[string][]float64
+	paths    []string
+	openRate []float64
+	// Quality: per router configuration, every TTFT (simulated ms) pooled.
+	ttft     map[string][]float64
+	policies []string
+	// The CSVs, a row per sample.
+	overhead, rates, quality *figure.Table
+}
+
+func newRecorder() *recorder {
+	return &recorder{
+		latency:  map[string][]float64{},
+		ttft:     map[string][]float64{},
+		overhead: figure.NewTable("run", "path", "open_loop_requests_per_second", "requests", "quantile", "latency_ms"),
+		quality:  figure.NewTable("run", "router", "requests", "quantile", "ttft_simulated_ms"),
+		rates:    figure.NewTable("run", "path", "closed_loop_max_requests_per_second"),
+	}
+}
+
+// maxRate records one path's closed-loop max requests/s of one run.
+func (r *recorder) maxRate(run int, path string, rps float64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rates.Add(run+1, path, rps)
+}
+
+// openLoop records one path's open-loop latencies of one run at rate.
+func (r *recorder) openLoop(run int, path string, rate float64, lat []time.Duration) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.latency[path]; !ok {
+		r.paths = append(r.paths, path)
+	}
+	vals := make([]float64, len(lat))
+	for i, l := range lat {
+		vals[i] = ms(l)
+	}
+	r.latency[path] = append(r.latency[path], vals...)
+	for _, q := range cdfPoints(vals) {
+		r.overhead.Add(run+1, path, rate, len(vals), q[0], q[1])
+	}
+	r.openRate = append(r.openRate, rate)
+}
+
+// qualityRun records every TTFT (simulated ms) of one router configuration's run.
+func (r *recorder) qualityRun(run int, router string, ttft []float64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.ttft[router]; !ok {
+		r.policies = append(r.policies, router)
+	}
+	r.ttft[router] = append(r.ttft[router], ttft...)
+	for _, q := range cdfPoints(ttft) {
+		r.quality.Add(run+1, router, len(ttft), q[0], q[1])
+	}
+}
+
+// cdfPoints are the quantiles the CSVs keep of a run's samples: every half percent, then
+// 99.9%, 99.99% and the maximum. A run has tens of thousands of latencies; one row each
+// would make CSVs of megabytes, too large to sit in the repository beside the figures.
+func cdfPoints(vals []float64) [][2]float64 {
+	if len(vals) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(vals)
+	slices.Sort(sorted)
+	var out [][2]float64
+	for k := 0; k < 200; k++ {
+		q := float64(k) / 200
+		out = append(out, [2]float64{q, quantile.NearestRank(sorted, q)})
+	}
+	for _, q := range []float64{0.999, 0.9999, 1} {
+		out = append(out, [2]float64{q, quantile.NearestRank(sorted, q)})
+	}
+	return out
+}
+
+// write writes what was recorded into dir: overhead-latency.svg (the CDF of each path's
+// open-loop latency, every run pooled) with overhead-latency.csv (each run's quantiles) and
+// overhead-max.csv, and quality-ttft.svg (the CDF of each router configuration's TTFT) with
+// quality-ttft.csv (each run's quantiles).
+func (r *recorder) write(dir string) error {
+	if len(r.paths) > 0 {
+		var samples []figure.Sample
+		for _, p := range r.paths {
+			samples = append(samples, figure.Sample{Name: p, Values: r.latency[p]})
+		}
+		if err := figure.Save(filepath.Join(dir, "overhead-latency.svg"), figure.CDF{
+			Title:   fmt.Sprintf("Latency at a fixed open-loop rate (%s), every path", rateList(r.openRate)),
+			XLabel:  "latency, ms (log scale)",
+			LogX:    true,
+			Samples: samples,
+		}); err != nil {
+			return err
+		}
+		if err := r.overhead.WriteFile(filepath.Join(dir, "overhead-latency.csv")); err != nil {
+			return err
+		}
+		if err := r.rates.WriteFile(filepath.Join(dir, "overhead-max.csv")); err != nil {
+			return err
+		}
+	}
+	if len(r.policies) > 0 {
+		var samples []figure.Sample
+		for _, p := range r.policies {
+			samples = append(samples, figure.Sample{Name: p, Values: r.ttft[p]})
+		}
+		if err := figure.Save(filepath.Join(dir, "quality-ttft.svg"), figure.CDF{
+			Title:   "Time to first token on the shared-prefix trace, per router policy",
+			XLabel:  "TTFT, simulated ms (log scale)",
+			LogX:    true,
+			Samples: samples,
+		}); err != nil {
+			return err
+		}
+		if err := r.quality.WriteFile(filepath.Join(dir, "quality-ttft.csv")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rateList names the open-loop rate: one rate per path and run, usually a few distinct ones.
+func rateList(rates []float64) string {
+	seen := map[int]bool{}
+	s := ""
+	for _, v := range rates {
+		k := int(v + 0.5)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		if s != "" {
+			s += ", "
+		}
+		s += fmt.Sprint(k)
+	}
+	return s + " requests/s"
+}

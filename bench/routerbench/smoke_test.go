@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestOverheadAndQualitySmall runs the overhead and quality experiments in small (one short
+// run each, berth-router in this process) so make test keeps them and their figures
+// working: every path (direct, nginx, berth-rr, berth-scored) and every router policy ran
+// and answered without errors, the tables have a row for each, and the figures and CSVs
+// are written. nginx is the Debian nginx-light that make test-deps installs.
+func TestOverheadAndQualitySmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane, nginx and five routers in turn (about 40 s); runs in make test, which does not pass -short")
+	}
+	const nginxBin = "/usr/sbin/nginx"
+	if _, err := os.Stat(nginxBin); err != nil {
+		t.Fatalf("%s: %v; make test-deps installs Debian's nginx-light (apt-get install nginx-light)", nginxBin, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := startCluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop()
+	rec := newRecorder()
+
+	table, err := runOverhead(ctx, c, overheadConfig{engines: 2, conc: 8, warm: 300 * time.Millisecond, dur: time.Second, runs: 1,
+		nginx: nginxBin, inProcess: true, rec: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + table)
+	paths := []string{"direct", "nginx", "berth-rr", "berth-scored"}
+	for _, p := range paths {
+		row := tableRow(table, p)
+		if row == nil || len(row) != 9 || row[1] == "0" || row[8] != "0" {
+			t.Errorf("overhead row for %s: %q; want 9 cells, a max rate and no errors", p, row)
+		}
+		if len(rec.latency[p]) == 0 {
+			t.Errorf("no open-loop latency recorded for %s", p)
+		}
+	}
+
+	q := qualityConfig{engines: 4, prompts: 8, users: 64, requests: 120, systemTokens: 1000, userTokens: 20, maxTokens: 8,
+		cachePrompts: 4, load: 0.5, realSeconds: 3, runs: 1, seed: 3, rec: rec}
+	table, err = runQuality(ctx, c, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + table)
+	for _, p := range qualityPolicies {
+		row := tableRow(table, p.name)
+		if row == nil || len(row) != 8 || row[7] != "0" {
+			t.Errorf("quality row for %s: %q; want 8 cells and no errors", p.name, row)
+		}
+		if got := len(rec.ttft[p.name]); got != q.requests {
+			t.Errorf("%s: %d TTFTs recorded, want %d", p.name, got, q.requests)
+		}
+	}
+
+	dir := t.TempDir()
+	if err := rec.write(dir); err != nil {
+		t.Fatal(err)
+	}
+	for file, names := range map[string][]string{
+		"overhead-latency.svg": paths,
+		"quality-ttft.svg":     {"round-robin", "least-requests", "prefix-aware"},
+	} {
+		svg, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			if !strings.Contains(string(svg), n) {
+				t.Errorf("%s has no curve labelled %s", file, n)
+			}
+		}
+	}
+	for file, want := range map[string]int{
+		"overhead-latency.csv": 1 + len(paths)*len(cdfPoints([]float64{1})),
+		"overhead-max.csv":     1 + len(paths),
+		"quality-ttft.csv":     1 + len(qualityPolicies)*len(cdfPoints([]float64{1})),
+	} {
+		f, err := os.Open(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(f).ReadAll()
+		f.Close()
+		if err != nil || len(rows) != want {
+			t.Errorf("%s: %d rows (%v), want %d", file, len(rows), err, want)
+		}
+	}
+}
+
+// tableRow is the cells of the markdown row whose first cell is name, or nil.
+func tableRow(table, name string) []string {
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(line, "| "+name+" |") {
+			return strings.Split(strings.Trim(line, "| "), " | ")
+		}
+	}
+	return nil
+}
