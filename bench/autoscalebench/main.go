@@ -163,6 +163,12 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(report.text)
+	if o.figures != "" && len(report.byRun) > 0 {
+		if err := writeFigures(o.figures, report.trace, report.byRun[0], o.slo); err != nil {
+			fmt.Fprintln(os.Stderr, "autoscalebench:", err)
+			os.Exit(1)
+		}
+	}
 	if o.out != "" {
 		header := fmt.Sprintf("Command: `go run ./bench/autoscalebench %s`\n\n", strings.Join(os.Args[1:], " "))
 		if err := os.WriteFile(o.out, []byte(header+report.text), 0o644); err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +129,19 @@ func TestQuickRun(t *testing.T) {
 		if !strings.Contains(res.text, want) {
 			t.Errorf("report lacks %q:\n%s", want, res.text)
 		}
+	}
+	dir := t.TempDir()
+	if err := writeFigures(dir, res.trace, res.byRun[0], o.slo); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"replicas.svg", "slo.svg", "timeline.csv"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("figure %s: %v", f, err)
+		}
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "timeline.csv"))
+	if !strings.HasPrefix(string(raw), "second,requests,berth_replicas,berth_ttft_p90_s,hpa_replicas,hpa_ttft_p90_s\n") {
+		t.Errorf("timeline.csv begins %.200s", raw)
 	}
 	t.Logf("\n%s", res.text)
 }
