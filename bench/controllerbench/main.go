@@ -41,6 +41,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
+	"github.com/berth-sh/berth/bench/internal/figure"
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/inprocess"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -370,17 +371,25 @@ func report(c config, results []result) string {
 	return b.String()
 }
 
-// writeFigures writes progress.csv (mode, seconds, pods Available) into dir.
+// writeFigures writes progress.svg (pods of Available objects over time, per mode) and
+// progress.csv (its raw numbers) into dir.
 func writeFigures(dir string, results []result) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	table := figure.NewTable("mode", "seconds", "pods_available")
+	line := figure.Line{Title: "Pods of Available objects since the first object was created", XLabel: "seconds", YLabel: "pods"}
+	for _, r := range results {
+		var xs, ys []float64
+		for _, s := range r.progress {
+			table.Add(r.mode, s.at, s.pods)
+			xs, ys = append(xs, s.at.Seconds()), append(ys, float64(s.pods))
+		}
+		name := "peer: Deployments (kube-controller-manager)"
+		if r.mode == modeBerth {
+			name = "berth: ModelServings (berth-controller)"
+		}
+		line.Series = append(line.Series, figure.Series{Name: name, X: xs, Y: ys})
+	}
+	if err := figure.Save(filepath.Join(dir, "progress.svg"), line); err != nil {
 		return err
 	}
-	var b strings.Builder
-	b.WriteString("mode,seconds,pods_available\n")
-	for _, r := range results {
-		for _, s := range r.progress {
-			fmt.Fprintf(&b, "%s,%.2f,%d\n", r.mode, s.at.Seconds(), s.pods)
-		}
-	}
-	return os.WriteFile(filepath.Join(dir, "progress.csv"), []byte(b.String()), 0o644)
+	return table.WriteFile(filepath.Join(dir, "progress.csv"))
 }
