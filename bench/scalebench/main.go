@@ -42,6 +42,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
+	"github.com/berth-sh/berth/bench/internal/figure"
 	"github.com/berth-sh/berth/internal/controlplane"
 	"github.com/berth-sh/berth/internal/inprocess"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -410,19 +411,30 @@ func report(c config, results []result) (string, error) {
 	return out.String(), nil
 }
 
-// writeFigures writes progress.csv (mode, phase, seconds, Available objects) into dir.
+// writeFigures writes progress.svg (objects Available during the fill, per mode),
+// settle.svg (the same after the churn) and progress.csv (their raw numbers) into dir.
 func writeFigures(dir string, results []result) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	table := figure.NewTable("mode", "phase", "seconds", "available")
+	fill := figure.Line{Title: "Objects Available since the first was created", XLabel: "seconds", YLabel: "objects Available"}
+	settle := figure.Line{Title: "Objects Available after the churn stopped", XLabel: "seconds", YLabel: "objects Available"}
+	for _, r := range results {
+		series := map[string]*figure.Series{"fill": {Name: r.mode}, "settle": {Name: r.mode}}
+		for _, s := range r.progress {
+			table.Add(r.mode, s.phase, s.at, s.available)
+			if x := series[s.phase]; x != nil {
+				x.X, x.Y = append(x.X, s.at.Seconds()), append(x.Y, float64(s.available))
+			}
+		}
+		fill.Series = append(fill.Series, *series["fill"])
+		settle.Series = append(settle.Series, *series["settle"])
+	}
+	if err := figure.Save(filepath.Join(dir, "progress.svg"), fill); err != nil {
 		return err
 	}
-	var b strings.Builder
-	b.WriteString("mode,phase,seconds,available\n")
-	for _, r := range results {
-		for _, s := range r.progress {
-			fmt.Fprintf(&b, "%s,%s,%.1f,%d\n", r.mode, s.phase, s.at.Seconds(), s.available)
-		}
+	if err := figure.Save(filepath.Join(dir, "settle.svg"), settle); err != nil {
+		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "progress.csv"), []byte(b.String()), 0o644)
+	return table.WriteFile(filepath.Join(dir, "progress.csv"))
 }
 
 func must(err error) {

@@ -71,5 +71,10 @@ func TestSmallRun(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(string(raw)), "\n"); lines[0] != "mode,phase,seconds,available" || !strings.Contains(string(raw), "\nberth,fill,") || !strings.Contains(string(raw), "\npeer,settle,") {
 		t.Errorf("progress.csv:\n%s", raw)
 	}
+	for _, f := range []string{"progress.svg", "settle.svg"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("figure %s: %v", f, err)
+		}
+	}
 	t.Logf("\n%s", text)
 }
