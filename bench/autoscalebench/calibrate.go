@@ -34,7 +34,7 @@ func calibrate(ctx context.Context, o options, rc runConfig, log *os.File) (*res
 		tc := o.traceConfig()
 		tc.length, tc.baseLow, tc.baseHigh, tc.bursts, tc.fixedBursts, tc.noBaseWobble = 3*time.Minute, rate, rate, 0, nil, true
 		tr := newTrace(tc)
-		out, err := replay(ctx, rc, tr, nameFixed, 60+i%150)
+		out, err := replay(ctx, rc, nil, tr, nameFixed, 60+i%150)
 		if err != nil {
 			return nil, err
 		}

@@ -89,7 +89,18 @@ type fleet struct {
 	wg       sync.WaitGroup // cold starts and drains in progress
 	startErr error
 	closed   bool
+	// mirror, when set, is told of every replica's pod: requested, serving, gone.
+	mirror podMirror
 }
+
+// podMirror keeps the replicas' pods in a cluster (target does).
+type podMirror interface {
+	podAdded(name string)
+	podReady(name, ip string)
+	podGone(name string)
+}
+
+func (r *replica) podName() string { return fmt.Sprintf("replica-%d", r.n) }
 
 func newFleet(clk clock, ecfg engine.Config, coldStart time.Duration, port, subnet int) *fleet {
 	return &fleet{clk: clk, ecfg: ecfg, coldStart: coldStart, port: port, subnet: subnet}
@@ -114,7 +125,7 @@ func (f *fleet) pods() []podmetrics.Pod {
 	defer f.mu.Unlock()
 	var out []podmetrics.Pod
 	for _, r := range f.activeLocked() {
-		p := podmetrics.Pod{UID: r.uid, Name: fmt.Sprintf("replica-%d", r.n)}
+		p := podmetrics.Pod{UID: r.uid, Name: r.podName()}
 		if r.state == ready {
 			p.Ready, p.IP = true, r.ip
 		}
@@ -138,6 +149,9 @@ func (f *fleet) scaleTo(n int, warm bool) {
 	for i := len(active); i < n; i++ {
 		r := &replica{n: len(f.replicas), uid: types.UID(fmt.Sprintf("r%d", len(f.replicas))), requested: now, readyAt: -1, goneAt: -1, removedAt: -1}
 		f.replicas = append(f.replicas, r)
+		if f.mirror != nil {
+			f.mirror.podAdded(r.podName())
+		}
 		if warm {
 			f.startLocked(r)
 			continue
@@ -171,6 +185,9 @@ func (f *fleet) scaleTo(n int, warm bool) {
 		}
 		active = removeReplica(active, victim)
 		victim.goneAt = now
+		if f.mirror != nil {
+			f.mirror.podGone(victim.podName())
+		}
 		if victim.state == starting {
 			victim.state, victim.removedAt = removed, now
 			continue
@@ -205,6 +222,9 @@ func (f *fleet) startLocked(r *replica) {
 			continue
 		}
 		r.srv, r.ip, r.state, r.readyAt = srv, ip, ready, f.clk.now()
+		if f.mirror != nil {
+			f.mirror.podReady(r.podName(), ip)
+		}
 		return
 	}
 	if f.startErr == nil {

@@ -1,19 +1,21 @@
 // Command autoscalebench replays one bursty request trace against simulated vLLM engines
 // (pkg/sim/engine) twice in the same run: once scaled by Berth's autoscaler (pkg/autoscale:
-// RecommendAll and Scaler.Decide under an AutoscalingPolicy with panic mode), once by an
-// HPA-style baseline (the Kubernetes HPA algorithm with its default behavior, written in
-// scalers.go), with the same engines, load balancer, metric and target. It reports, per
-// autoscaler, the seconds in which time to first token broke the SLO, the replica-seconds
-// spent, TTFT percentiles and how replicas moved, and the ratios Berth/baseline.
+// RecommendAll and Scaler.Decide under an AutoscalingPolicy with panic mode), once by
+// kube-controller-manager's own HorizontalPodAutoscaler controller running in this process,
+// with the same engines, load balancer, metric, target, sync period, tolerance and behavior
+// (rate limits and stabilization windows). Both act on a Deployment's scale subresource on a
+// real kube-apiserver; the replicas follow its spec.replicas. It reports, per autoscaler, the
+// seconds in which time to first token broke the SLO, the replica-seconds spent, TTFT
+// percentiles and how replicas moved, and the ratios Berth/HPA.
 //
-// Everything runs in this process on a simulated clock: real = simulated × -time-scale.
+// Everything runs in this process on a simulated clock: real = simulated × -time-scale (the
+// HPA controller runs on the wall clock, so its durations are given to it in real seconds).
 // A replica is one engine on its own loopback address; it is requested by the autoscaler,
 // takes traffic after -cold-start (the model load) and, when scaled away, drains before it
 // stops. A least-in-flight load balancer spreads streaming chat completions over the ready
-// replicas. Both autoscalers read the same engine metric with podmetrics.Reader every
-// -sync from every active replica.
+// replicas. Both autoscalers read the same engine gauge from every ready replica every -sync.
 //
-// Progress goes to stderr, the report to stdout (and -out).
+// Progress goes to stderr, the report to stdout (and -out), figures to -figures.
 package main
 
 import (
@@ -41,6 +43,8 @@ type options struct {
 	calibrate string
 	only      string
 	static    int
+	model     bool
+	figures   string
 
 	length      time.Duration
 	baseLow     float64
@@ -72,7 +76,7 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		seed: 1, timeScale: 0.05, runs: 1,
+		seed: 1, timeScale: 1.0 / 15, runs: 1,
 		length: 35 * time.Minute, baseLow: 0.4, baseHigh: 1.6, bursts: 4, burstMin: 4, burstMax: 8,
 		coldStart: 30 * time.Second, sync: 15 * time.Second, slo: 2 * time.Second,
 		metric: "vllm:num_requests_running", target: 6, minReplicas: 1, maxReplicas: 12, port: 18000,
@@ -95,13 +99,15 @@ func defaultOptions() options {
 func main() {
 	o := defaultOptions()
 	flag.Uint64Var(&o.seed, "seed", o.seed, "seed of the trace")
-	flag.Float64Var(&o.timeScale, "time-scale", o.timeScale, "real seconds per simulated second")
+	flag.Float64Var(&o.timeScale, "time-scale", o.timeScale, "real seconds per simulated second (the HPA controller runs on the wall clock and takes whole seconds, so 15 simulated seconds and the scale-down window must be whole real seconds: 1/15, 2/15, …)")
 	flag.IntVar(&o.runs, "runs", o.runs, "runs (each replays the trace with both autoscalers, the order alternating); the summary gives medians")
 	flag.BoolVar(&o.quick, "quick", false, "a short trace (5 simulated minutes, one burst) for a smoke check")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file")
-	flag.BoolVar(&o.verbose, "v", false, "log every autoscaler decision to stderr")
-	flag.StringVar(&o.only, "only", "", "replay with this autoscaler alone (berth, hpa-baseline, or static with -static), for a look with -v")
+	flag.BoolVar(&o.verbose, "decisions", false, "log every autoscaler decision to stderr (-v is klog's, registered by the HPA controller's packages)")
+	flag.StringVar(&o.only, "only", "", "replay with this autoscaler alone (berth, hpa, hpa-model, or static with -static), for a look with -decisions")
 	flag.IntVar(&o.static, "static", 0, "also replay with this many replicas and no autoscaler, as a reference (not in the ratios)")
+	flag.BoolVar(&o.model, "hpa-model", false, "also replay with the bench's own model of the HPA algorithm (scalers.go), as a reference beside the HPA controller (not in the ratios)")
+	flag.StringVar(&o.figures, "figures", "", "write the figures (SVG) and the raw numbers (CSV) of run 1 into this directory")
 	flag.StringVar(&o.calibrate, "calibrate", "", "instead of the comparison, load one replica at these comma-separated request rates (per simulated second) for 3 simulated minutes each and print TTFT and the metric")
 
 	flag.DurationVar(&o.length, "length", o.length, "trace length (simulated)")
@@ -112,7 +118,7 @@ func main() {
 	flag.Float64Var(&o.burstMax, "burst-max", o.burstMax, "highest burst multiplier")
 	flag.DurationVar(&o.coldStart, "cold-start", o.coldStart, "simulated time from a replica's request to its first request (model load)")
 	flag.DurationVar(&o.sync, "sync", o.sync, "simulated sync period of both autoscalers")
-	flag.DurationVar(&o.berthSync, "berth-sync", 5*time.Second, "simulated sync period of Berth's autoscaler alone (berth-controller's --autoscale-sync-period, default 5s; 0: -sync)")
+	flag.DurationVar(&o.berthSync, "berth-sync", 0, "simulated sync period of Berth's autoscaler alone, to show what a shorter one buys (berth-controller's --autoscale-sync-period, default 5s; 0: -sync, equal to the HPA's)")
 	flag.DurationVar(&o.slo, "slo", o.slo, "TTFT SLO (simulated)")
 	flag.StringVar(&o.metric, "metric", o.metric, "engine metric both autoscalers scale on (a gauge)")
 	flag.Float64Var(&o.target, "target", o.target, "target value of the metric per replica, for both")
@@ -157,6 +163,12 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(report.text)
+	if o.figures != "" && len(report.byRun) > 0 {
+		if err := writeFigures(o.figures, report.trace, report.byRun[0], o.slo); err != nil {
+			fmt.Fprintln(os.Stderr, "autoscalebench:", err)
+			os.Exit(1)
+		}
+	}
 	if o.out != "" {
 		header := fmt.Sprintf("Command: `go run ./bench/autoscalebench %s`\n\n", strings.Join(os.Args[1:], " "))
 		if err := os.WriteFile(o.out, []byte(header+report.text), 0o644); err != nil {
@@ -210,17 +222,22 @@ func (o options) runConfig() (runConfig, error) {
 	if berthSync <= 0 {
 		berthSync = o.sync
 	}
+	hpa, err := hpaSpec(sc, o.policy, o.timeScale)
+	if err != nil && o.calibrate == "" {
+		return runConfig{}, err
+	}
 	return runConfig{timeScale: o.timeScale, coldStart: o.coldStart, sync: o.sync, berthSync: berthSync, requestTimeout: 10 * time.Minute,
-		ecfg: o.engineConfig(), sc: sc, policy: pol, slo: o.slo, port: o.port, verbose: o.verbose}, nil
+		ecfg: o.engineConfig(), sc: sc, policy: pol, slo: o.slo, port: o.port, verbose: o.verbose,
+		hpa: hpa, tolerance: pol.Tolerance}, nil
 }
 
 // result is a whole benchmark's report and figures.
 type result struct {
 	text    string
 	trace   *trace
-	byRun   [][]summary // per run, berth then baseline (then the static reference)
-	ratios  []float64   // per run: violation seconds berth/baseline
-	rsRatio []float64   // per run: replica-seconds berth/baseline
+	byRun   [][]summary // per run, berth then hpa (then hpa-model, then the static reference)
+	ratios  []float64   // per run: violation seconds berth/hpa
+	rsRatio []float64   // per run: replica-seconds berth/hpa
 }
 
 // run is the benchmark: -runs replays of the trace with each autoscaler, the order
@@ -241,11 +258,20 @@ func run(ctx context.Context, o options, log *os.File) (*result, error) {
 	}
 	say("autoscalebench: %d run(s), TimeScale %g: %s of trace ≈ %s real per autoscaler", o.runs, o.timeScale,
 		tr.cfg.length, time.Duration(float64(tr.cfg.length)*o.timeScale).Round(time.Second))
+	say("starting the control plane (etcd, kube-apiserver)")
+	cl, err := startCluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.stop()
 	res := &result{trace: tr}
 	for r := range o.runs {
 		order := []string{nameBerth, nameHPA}
 		if r%2 == 1 {
 			order = []string{nameHPA, nameBerth}
+		}
+		if o.model {
+			order = append(order, nameModel)
 		}
 		if o.static > 0 {
 			order = append(order, nameStatic)
@@ -260,7 +286,7 @@ func run(ctx context.Context, o options, log *os.File) (*result, error) {
 			if name == nameStatic {
 				rcx.sc.min, kind = int32(o.static), nameFixed
 			}
-			out, err := replay(ctx, rcx, tr, kind, 60+(3*r+i)%150)
+			out, err := replay(ctx, rcx, cl, tr, kind, 60+(4*r+i)%150)
 			if err != nil {
 				return nil, fmt.Errorf("run %d, %s: %w", r+1, name, err)
 			}
@@ -282,6 +308,9 @@ func run(ctx context.Context, o options, log *os.File) (*result, error) {
 		}
 		b, h := got[nameBerth], got[nameHPA]
 		row := []summary{b, h}
+		if o.model {
+			row = append(row, got[nameModel])
+		}
 		if o.static > 0 {
 			row = append(row, got[nameStatic])
 		}
@@ -309,7 +338,7 @@ func safeRatio(a, b float64) float64 {
 func render(o options, rc runConfig, res *result) string {
 	var b strings.Builder
 	tr := res.trace
-	fmt.Fprintf(&b, "## Autoscaling under bursts: Berth vs an HPA-style baseline\n\n")
+	fmt.Fprintf(&b, "## Autoscaling under bursts: Berth vs the HorizontalPodAutoscaler controller\n\n")
 	b.WriteString(tr.describe())
 	e := rc.ecfg
 	fmt.Fprintf(&b, "Replicas: one simulated vLLM engine each (max batch %d, prefill %s/token, decode step %s + %s/sequence), ready %s after being requested; "+
@@ -321,9 +350,14 @@ func render(o options, rc runConfig, res *result) string {
 		fmt.Fprintf(&b, " (berth: every %s)", rc.berthSync)
 	}
 	b.WriteString(".\n")
-	fmt.Fprintf(&b, "- berth: pkg/autoscale (RecommendAll, Scaler.Decide) with the policy %s.\n", describePolicy(rc.policy))
-	b.WriteString("- hpa-baseline: the Kubernetes HPA algorithm, default behavior: tolerance 0.1, pods without a reading filled in as 0 (scale-up) or the target (scale-down), " +
-		"scale-up at most max(+4 pods, +100%) per 15 s, scale-down stabilization window 5 min (the highest recommendation in it), no scale-down rate limit.\n")
+	b.WriteString("Both act on the same kind of target, a Deployment, through its scale subresource; the replicas follow its spec.replicas (a pod per replica, not Ready while its model loads). One kube-apiserver and etcd in this process.\n")
+	fmt.Fprintf(&b, "- berth: pkg/autoscale (RecommendAll, Scaler.Decide, as berth-controller runs them for a binding) with the policy %s.\n", describePolicy(rc.policy))
+	fmt.Fprintf(&b, "- hpa: kube-controller-manager's HorizontalPodAutoscaler controller (k8s.io/kubernetes/pkg/controller/podautoscaler) in this process, sync period %s, tolerance %g, "+
+		"an autoscaling/v2 HPA with a Pods metric (AverageValue %g) read through a custom-metrics client that reads the same gauge from the same pods, and the behavior %s.\n",
+		rc.sync, rc.tolerance, rc.sc.target, describeBehavior(rc.hpa, rc.timeScale))
+	if o.model {
+		b.WriteString("- hpa-model: the bench's own model of the HPA algorithm with its default behavior (scale-down window 5 min, no scale-down rate limit), kept as a reference; not the peer, not in the ratios.\n")
+	}
 	if o.static > 0 {
 		fmt.Fprintf(&b, "- static-%d: %d ready replicas throughout, no autoscaler (a reference, not in the ratios).\n", o.static, o.static)
 	}
@@ -350,7 +384,7 @@ func render(o options, rc runConfig, res *result) string {
 		b.WriteString(tableRow(label(s.name), s))
 	}
 	vr, rr := quantile.Median(res.ratios), quantile.Median(res.rsRatio)
-	fmt.Fprintf(&b, "\nBerth ÷ baseline: SLO-violation seconds %.2f, replica-seconds %.2f", vr, rr)
+	fmt.Fprintf(&b, "\nBerth ÷ HPA: SLO-violation seconds %.2f, replica-seconds %.2f", vr, rr)
 	if len(res.byRun) > 1 {
 		var per []string
 		for i := range res.ratios {
@@ -359,7 +393,7 @@ func render(o options, rc runConfig, res *result) string {
 		fmt.Fprintf(&b, " (medians of the runs' ratios; per run: %s)", strings.Join(per, ", "))
 	}
 	met := vr <= 1.0/3 && rr <= 1
-	fmt.Fprintf(&b, ".\nTarget: violation seconds at most 1/3 of the baseline's at no more replica-seconds: %s.\n\n", map[bool]string{true: "met", false: "not met"}[met])
+	fmt.Fprintf(&b, ".\nTarget: violation seconds at most 1/3 of the HPA's at no more replica-seconds: %s.\n\n", map[bool]string{true: "met", false: "not met"}[met])
 
 	fmt.Fprintf(&b, "Replicas (the most requested in each simulated minute; a=10, b=11, c=12) and SLO-violation seconds per minute (. none, - 1–9, + 10–29, # 30–60), run 1:\n\n```\n")
 	b.WriteString(timelines(tr, res.byRun[0]))

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +13,7 @@ import (
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func TestHPABaselineFollowsTheHPAAlgorithm(t *testing.T) {
+func TestHPAModelFollowsTheHPAAlgorithm(t *testing.T) {
 	c := scalerConfig{metric: "m", target: 6, min: 1, max: 12}
 	h := newHPAScaler(c, epoch, 1)
 	at := func(s int) time.Time { return epoch.Add(time.Duration(s) * time.Second) }
@@ -80,15 +82,15 @@ func TestTraceIsDeterministic(t *testing.T) {
 	}
 }
 
-// TestQuickRun replays the -quick trace with both autoscalers (about 15 s here).
+// TestQuickRun replays the -quick trace with Berth and with the HPA controller on a real
+// apiserver (about 50 s here).
 func TestQuickRun(t *testing.T) {
 	if testing.Short() {
 		// Only under -short: make test and .ci/run never pass it, so CI runs this replay.
-		t.Skip("replays a trace in real time (about 15 s); runs in make test, which does not pass -short")
+		t.Skip("replays a trace in real time (about 50 s); runs in make test, which does not pass -short")
 	}
 	o := defaultOptions()
 	o.quick = true
-	o.timeScale = 0.02
 	o.port = 18101 // apart from a benchmark running beside the test
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -116,14 +118,59 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("%s: peak %d replicas", s.name, s.peak)
 		}
 	}
-	b := res.byRun[0][0]
-	if b.name != nameBerth || b.scaleUpsInBurst == 0 {
-		t.Errorf("%s did not scale up during the burst (%d scale-ups in all)", b.name, b.scaleUps)
+	// Both modes ran and both scaled for the burst: the HPA controller through the
+	// Deployment's scale subresource, seen by the fleet.
+	for i, want := range []string{nameBerth, nameHPA} {
+		if s := res.byRun[0][i]; s.name != want || s.scaleUpsInBurst == 0 {
+			t.Errorf("%s (want %s) did not scale up during the burst (%d scale-ups in all)", s.name, want, s.scaleUps)
+		}
 	}
-	for _, want := range []string{"| berth |", "| hpa-baseline |", "Berth ÷ baseline: SLO-violation seconds", "berth replicas", "seed 1"} {
+	for _, want := range []string{"| berth |", "| hpa |", "Berth ÷ HPA: SLO-violation seconds", "berth replicas", "hpa replicas", "seed 1"} {
 		if !strings.Contains(res.text, want) {
 			t.Errorf("report lacks %q:\n%s", want, res.text)
 		}
 	}
+	dir := t.TempDir()
+	if err := writeFigures(dir, res.trace, res.byRun[0], o.slo); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"replicas.svg", "slo.svg", "timeline.csv"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("figure %s: %v", f, err)
+		}
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "timeline.csv"))
+	if !strings.HasPrefix(string(raw), "second,requests,berth_replicas,berth_ttft_p90_s,hpa_replicas,hpa_ttft_p90_s\n") {
+		t.Errorf("timeline.csv begins %.200s", raw)
+	}
 	t.Logf("\n%s", res.text)
+}
+
+// The HPA gets Berth's policy in real seconds, and a time scale that cannot say it in whole
+// seconds is refused before anything runs.
+func TestHPASpecIsBerthsPolicy(t *testing.T) {
+	o := defaultOptions()
+	sc := scalerConfig{metric: "m", target: 6, min: 1, max: 12}
+	spec, err := hpaSpec(sc, o.policy, 1.0/15)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, down := spec.Behavior.ScaleUp, spec.Behavior.ScaleDown
+	if *down.StabilizationWindowSeconds != 8 || *up.StabilizationWindowSeconds != 0 { // 2 min and 0 at 1/15
+		t.Errorf("windows: up %d s, down %d s real; want 0 and 8", *up.StabilizationWindowSeconds, *down.StabilizationWindowSeconds)
+	}
+	for _, p := range append(up.Policies, down.Policies...) {
+		if p.PeriodSeconds != 1 {
+			t.Errorf("policy %+v: period %d s real, want 1 (15 s simulated)", p, p.PeriodSeconds)
+		}
+	}
+	if up.Policies[0].Value != 4 || up.Policies[1].Value != 100 || down.Policies[0].Value != 1 || down.Policies[1].Value != 10 {
+		t.Errorf("policies up %+v down %+v, want Berth's +4 or +100%%, -1 or -10%%", up.Policies, down.Policies)
+	}
+	if m := spec.Metrics[0].Pods; m.Metric.Name != "m" || m.Target.AverageValue.MilliValue() != 6000 || *spec.MinReplicas != 1 || spec.MaxReplicas != 12 {
+		t.Errorf("metric %+v, bounds %d-%d", m, *spec.MinReplicas, spec.MaxReplicas)
+	}
+	if _, err := hpaSpec(sc, o.policy, 0.05); err == nil || !strings.Contains(err.Error(), "whole seconds") {
+		t.Errorf("time scale 0.05 (15 s = 0.75 s real): %v, want an error about whole seconds", err)
+	}
 }

@@ -30,6 +30,10 @@ type summary struct {
 	firstErr             error
 	readErrors           int    // syncs at which some replica's metrics could not be read
 	firstReadErr         string // the first of them
+	// Per simulated second, for the figures: replicas requested and not scaled away at its
+	// start, and its arrivals' p90 TTFT in seconds (NaN: no arrivals; +Inf: one failed).
+	replicasPerSecond []int
+	p90PerSecond      []float64
 }
 
 // summarize computes o's figures against the TTFT SLO:
@@ -62,11 +66,18 @@ func summarize(o *outcome, tr *trace, slo time.Duration) summary {
 	s.p50, s.p90, s.p99 = quantile.NearestRank(good, 0.5), quantile.NearestRank(good, 0.9), quantile.NearestRank(good, 0.99)
 	minutes := int(math.Ceil(o.length.Minutes()))
 	s.violationsPerMinute = make([]int, minutes)
+	s.p90PerSecond = make([]float64, seconds)
 	for sec, ts := range bySecond {
+		s.p90PerSecond[sec] = math.NaN()
 		if len(ts) == 0 {
 			continue
 		}
 		slices.Sort(ts)
+		if q := quantile.NearestRank(ts, 0.9); q == time.Duration(math.MaxInt64) {
+			s.p90PerSecond[sec] = math.Inf(1)
+		} else {
+			s.p90PerSecond[sec] = q.Seconds()
+		}
 		if quantile.NearestRank(ts, 0.9) > slo {
 			s.violationSeconds++
 			s.violationsPerMinute[sec/60]++
@@ -96,6 +107,17 @@ func summarize(o *outcome, tr *trace, slo time.Duration) summary {
 		}
 		return events[i].delta < events[j].delta // leave before arriving at the same instant
 	})
+	s.replicasPerSecond = make([]int, seconds)
+	{
+		active, next := 0, 0
+		for sec := range seconds {
+			for next < len(events) && events[next].at <= time.Duration(sec)*time.Second {
+				active += events[next].delta
+				next++
+			}
+			s.replicasPerSecond[sec] = active
+		}
+	}
 	s.perMinute = make([]int, minutes)
 	active, next := 0, 0
 	for m := range minutes {

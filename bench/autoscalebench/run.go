@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+
 	"github.com/berth-sh/berth/pkg/autoscale"
 	"github.com/berth-sh/berth/pkg/autoscale/podmetrics"
 	"github.com/berth-sh/berth/pkg/sim/engine"
@@ -26,12 +28,21 @@ type runConfig struct {
 	slo            time.Duration // TTFT
 	port           int
 	verbose        bool
+	// hpa is the HorizontalPodAutoscaler the HPA controller gets: Berth's policy's metric,
+	// target, bounds and behavior, in real seconds.
+	hpa autoscalingv2.HorizontalPodAutoscalerSpec
+	// tolerance is both autoscalers' (Berth's policy's; the HPA controller's argument).
+	tolerance float64
 }
 
 // Names of the two autoscalers.
 const (
-	nameBerth  = "berth"
-	nameHPA    = "hpa-baseline"
+	nameBerth = "berth"
+	// nameHPA is kube-controller-manager's HorizontalPodAutoscaler controller, the peer.
+	nameHPA = "hpa"
+	// nameModel is the bench's own model of the HPA algorithm (scalers.go), kept as a
+	// reference beside the real controller; it is not the peer and not in the ratios.
+	nameModel  = "hpa-model"
 	nameFixed  = "fixed"  // no autoscaler: min replicas throughout (-calibrate, -static)
 	nameStatic = "static" // -static's replay
 )
@@ -73,7 +84,10 @@ type engineLoad struct {
 // metric over the active replicas, every request sent at its due time to the replica the
 // load balancer picks, and timed from its send to its first content chunk. After the trace
 // the autoscaler stops and the requests still in flight finish (or time out).
-func replay(ctx context.Context, rc runConfig, tr *trace, name string, subnet int) (*outcome, error) {
+//
+// Every autoscaler acts on the replay's Deployment through its scale subresource, and the
+// fleet follows spec.replicas (cl nil: no autoscaler, for -calibrate and -static).
+func replay(ctx context.Context, rc runConfig, cl *cluster, tr *trace, name string, subnet int) (*outcome, error) {
 	ecfg := rc.ecfg
 	ecfg.TimeScale = rc.timeScale
 	ecfg.Model = modelName
@@ -83,23 +97,56 @@ func replay(ctx context.Context, rc runConfig, tr *trace, name string, subnet in
 	switch name {
 	case nameBerth:
 		sc = newBerthScaler(rc.sc, rc.policy, epoch)
-	case nameHPA:
+	case nameModel:
 		sc = newHPAScaler(rc.sc, epoch, rc.sc.min)
+	case nameHPA:
 	case nameFixed:
 	default:
 		return nil, fmt.Errorf("unknown autoscaler %q", name)
 	}
+	if name != nameFixed && cl == nil {
+		return nil, fmt.Errorf("%s needs the control plane", name)
+	}
 	cpu0 := cpuTime()
 	clk := clock{start: time.Now(), scale: rc.timeScale}
 	f := newFleet(clk, ecfg, rc.coldStart, rc.port, subnet)
+	o := &outcome{name: name, length: length, ttft: make([]time.Duration, len(tr.reqs))}
+	actx, stopScaler := context.WithCancel(ctx)
+	defer stopScaler()
+	var tgt *target
+	var decMu sync.Mutex
+	followed := true // the follower may still record decisions
+	if name != nameFixed {
+		var err error
+		if tgt, err = cl.newTarget(ctx, fmt.Sprintf("replay-%d", subnet), rc.sc.min); err != nil {
+			return nil, err
+		}
+		defer tgt.close()
+		f.mirror = tgt
+		// The HPA's decisions are the changes it writes; Berth's driver records its own.
+		err = tgt.follow(actx, f, func(from, to int32) {
+			if name != nameHPA {
+				return
+			}
+			decMu.Lock()
+			if followed {
+				o.decisions = append(o.decisions, decision{at: clk.now(), current: from, desired: to, why: "HorizontalPodAutoscaler"})
+			}
+			decMu.Unlock()
+			if rc.verbose {
+				progress("  %s %s: %d → %d replicas", name, clockText(clk.now()), from, to)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	f.scaleTo(int(rc.sc.min), true)
 	if f.startErr != nil {
 		f.close()
 		return nil, f.startErr
 	}
 
-	o := &outcome{name: name, length: length, ttft: make([]time.Duration, len(tr.reqs))}
-	actx, stopScaler := context.WithCancel(ctx)
 	scalerDone := make(chan struct{})
 	samplerDone := make(chan struct{})
 	go func() {
@@ -108,6 +155,17 @@ func replay(ctx context.Context, rc runConfig, tr *trace, name string, subnet in
 			o.load = append(o.load, f.load())
 		}
 	}()
+	var peer *hpaPeer
+	if name == nameHPA {
+		reader := podmetrics.NewReader(2 * time.Second)
+		defer reader.Close()
+		mc := &gaugeMetrics{f: f, reader: reader, port: int32(rc.port), window: rc.sync}
+		var err error
+		if peer, err = cl.startHPA(actx, tgt, rc.hpa, mc, clk.real(rc.sync), rc.tolerance); err != nil {
+			f.close()
+			return nil, err
+		}
+	}
 	go func() {
 		defer close(scalerDone)
 		if sc == nil {
@@ -125,31 +183,48 @@ func replay(ctx context.Context, rc runConfig, tr *trace, name string, subnet in
 				return
 			}
 			now := clk.now()
+			// The current replicas are the scale subresource's, as berth-controller reads them.
+			scale, err := tgt.getScale(actx)
+			if err != nil {
+				if actx.Err() != nil {
+					return
+				}
+				decMu.Lock()
+				o.decisions = append(o.decisions, decision{at: now, readErr: "scale: " + err.Error()})
+				decMu.Unlock()
+				continue
+			}
 			pods := f.pods()
 			res := reader.Read(actx, pods, podmetrics.Endpoint{Port: int32(rc.port), Path: "/metrics"}, names, epoch.Add(now))
 			if actx.Err() != nil {
 				return
 			}
 			s := res.Samples[rc.sc.metric]
-			current := int32(len(pods))
+			current := scale.Spec.Replicas
 			desired, why := sc.decide(epoch.Add(now), current, s)
 			d := decision{at: now, current: current, desired: desired, sample: s, why: why}
 			if len(res.Errors) > 0 {
 				d.readErr = res.Errors[0]
 			}
+			decMu.Lock()
 			o.decisions = append(o.decisions, d)
+			decMu.Unlock()
 			if rc.verbose {
 				progress("  %s %s: %d replicas, %s %.1f over %d pods (%d missing) → %d (%s)", name, clockText(now), current,
 					rc.sc.metric, s.Average(), s.Reported, s.Missing, desired, why)
 			}
 			if desired != current {
-				f.scaleTo(int(desired), false)
+				if err := tgt.setScale(actx, scale, desired); err != nil && actx.Err() == nil {
+					decMu.Lock()
+					o.decisions = append(o.decisions, decision{at: now, readErr: "scale: " + err.Error()})
+					decMu.Unlock()
+				}
 			}
 		}
 	}()
 
-	cl := newClient()
-	defer cl.CloseIdleConnections()
+	hc := newClient()
+	defer hc.CloseIdleConnections()
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
 	for i, r := range tr.reqs {
@@ -176,7 +251,7 @@ func replay(ctx context.Context, rc runConfig, tr *trace, name string, subnet in
 			defer f.done(rep)
 			rctx, cancel := context.WithDeadline(ctx, clk.at(r.at+rc.requestTimeout))
 			defer cancel()
-			d, err := send(rctx, cl, rep.addr(rc.port), body(i, r), time.Now())
+			d, err := send(rctx, hc, rep.addr(rc.port), body(i, r), time.Now())
 			if err != nil {
 				if errors.Is(err, context.DeadlineExceeded) {
 					err = fmt.Errorf("no answer within %s (simulated): %w", rc.requestTimeout, err)
@@ -193,7 +268,13 @@ func replay(ctx context.Context, rc runConfig, tr *trace, name string, subnet in
 		})
 	}
 	clk.sleepUntil(ctx, length)
+	if peer != nil {
+		peer.stop()
+	}
 	stopScaler()
+	decMu.Lock()
+	followed = false
+	decMu.Unlock()
 	<-scalerDone
 	<-samplerDone
 	wg.Wait()

@@ -100,7 +100,8 @@ func (b *berthScaler) decide(now time.Time, current int32, s autoscale.Sample) (
 	return d.Desired, d.Reason
 }
 
-// hpaScaler is the baseline: the Kubernetes HorizontalPodAutoscaler's algorithm
+// hpaScaler is the bench's own model (-hpa-model, a reference; the peer is the HPA
+// controller itself, cluster.go): the Kubernetes HorizontalPodAutoscaler's algorithm
 // (autoscaling/v2) with its default behavior, on one Pods metric with an AverageValue
 // target, written for this bench from the HPA's documentation:
 //

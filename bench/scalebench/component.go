@@ -31,6 +31,9 @@ const (
 	statsPrefix   = "scalebench-stats "
 	// profileEnv, when set, is a directory each component writes its CPU profile to.
 	profileEnv = "SCALEBENCH_PROFILE_DIR"
+	// controllerQPS and controllerBurst are both controllers' client rate.
+	controllerQPS   = 1000
+	controllerBurst = 2000
 )
 
 // runIfComponent runs the component this process was started as and reports true, or
@@ -59,20 +62,27 @@ func runIfComponent() bool {
 	}
 	kubeconfig := os.Getenv(kubeconfigEnv)
 	dir := filepath.Dir(kubeconfig)
-	var err error
+	// Both schedulers run at the shipped configuration's client rate: what a user's
+	// berth-scheduler gets, and the same for kube-scheduler.
+	rate, err := inprocess.ShippedRate()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", role, err)
+		os.Exit(1)
+	}
 	switch role {
 	case "berth-scheduler":
-		err = inprocess.RunScheduler(ctx, dir, kubeconfig, inprocess.SchedulerOptions{})
+		err = inprocess.RunScheduler(ctx, dir, kubeconfig, inprocess.SchedulerOptions{Rate: rate})
 	case "kube-scheduler":
-		err = inprocess.RunDefaultScheduler(ctx, dir, kubeconfig, inprocess.ClusterRate)
+		err = inprocess.RunDefaultScheduler(ctx, dir, kubeconfig, rate)
 	case "berth-controller", "kube-controller-manager":
 		cfg, cerr := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if cerr != nil {
 			err = cerr
 			break
 		}
-		// Both controllers get the same client rate.
-		cfg.QPS, cfg.Burst = 1000, 2000
+		// Both controllers get the same client rate (kube-controller-manager's loops in
+		// internal/controlplane run at it whatever cfg says).
+		cfg.QPS, cfg.Burst = controllerQPS, controllerBurst
 		if role == "kube-controller-manager" {
 			err = controlplane.RunControllers(ctx, cfg)
 			break

@@ -8,6 +8,9 @@
 // kube-controller-manager's Deployment and ReplicaSet controllers (and its garbage collector
 // and namespace controller), with the same churn.
 //
+// Both schedulers run at the shipped configuration's client rate (manifests/scheduler/
+// config.yaml), both controllers at the same rate as each other.
+//
 // Every component runs in a process of its own (this binary, re-executed), so its peak memory
 // (VmHWM) and CPU time are read from /proc; each reports its goroutines and heap every
 // second. The apiserver, etcd and the simulated kubelet run in the parent, fresh per mode.
@@ -23,6 +26,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,7 +42,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/berth-sh/berth/bench/internal/fanout"
+	"github.com/berth-sh/berth/bench/internal/figure"
 	"github.com/berth-sh/berth/internal/controlplane"
+	"github.com/berth-sh/berth/internal/inprocess"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/controller"
 	"github.com/berth-sh/berth/pkg/sim"
@@ -50,6 +56,8 @@ type config struct {
 	servings, podsPerServing, nodes int
 	churn                           time.Duration
 	modes                           []string
+	figures                         string
+	log                             io.Writer
 }
 
 func main() {
@@ -64,7 +72,9 @@ func main() {
 	flag.DurationVar(&c.churn, "churn", 3*time.Minute, "how long the churn phase lasts")
 	flag.StringVar(&modes, "modes", modes, "berth, peer or both")
 	profiles := flag.String("cpuprofile-dir", "", "write each component's CPU profile (<role>.cpu.pprof) here")
+	flag.StringVar(&c.figures, "figures", "", "write the progress figure (SVG) and its raw numbers (CSV) into this directory")
 	flag.Parse()
+	c.log = os.Stderr
 	c.modes = strings.Split(modes, ",")
 	if *profiles != "" {
 		must(os.Setenv(profileEnv, *profiles))
@@ -73,14 +83,28 @@ func main() {
 	klog.SetOutput(io.Discard)
 	ctrllog.SetLogger(klog.Background())
 
+	results, err := runAll(c)
+	must(err)
+	text, err := report(c, results)
+	must(err)
+	fmt.Print(text)
+	if c.figures != "" {
+		must(writeFigures(c.figures, results))
+	}
+}
+
+// runAll runs every mode, one after the other, each on a fresh control plane.
+func runAll(c config) ([]result, error) {
 	var results []result
 	for _, mode := range c.modes {
-		fmt.Fprintf(os.Stderr, "== %s\n", mode)
+		fmt.Fprintf(c.log, "== %s\n", mode)
 		r, err := run(mode, c)
-		must(err)
+		if err != nil {
+			return nil, err
+		}
 		results = append(results, r)
 	}
-	report(c, results)
+	return results, nil
 }
 
 // result is one mode's measurements.
@@ -90,6 +114,14 @@ type result struct {
 	components []*component
 	churnOps   int
 	settle     time.Duration // churn end → all Available again
+	progress   []sample      // Available objects during the fill and the settle after churn
+}
+
+// sample is how many objects were Available at one moment of a phase.
+type sample struct {
+	phase     string // "fill" (from the first object created) or "settle" (from the churn's end)
+	at        time.Duration
+	available int
 }
 
 func run(mode string, c config) (result, error) {
@@ -100,7 +132,8 @@ func run(mode string, c config) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	defer cp.Stop()
+	// The kubelet's watches end before the apiserver stops (else it waits a minute for them).
+	defer func() { cancel(); cp.Stop() }()
 	cfg := cp.RESTConfig()
 	cfg.QPS, cfg.Burst = 2000, 4000
 	kube := kubernetes.NewForConfigOrDie(cfg)
@@ -118,7 +151,7 @@ func run(mode string, c config) (result, error) {
 	}); err != nil {
 		return result{}, err
 	}
-	fmt.Fprintf(os.Stderr, "%d nodes in %s\n", c.nodes, time.Since(t).Round(time.Second))
+	fmt.Fprintf(c.log, "%d nodes in %s\n", c.nodes, time.Since(t).Round(time.Second))
 	kubelet := sim.NewKubelet(kube, 0)
 	go kubelet.Run(ctx)
 
@@ -141,17 +174,17 @@ func run(mode string, c config) (result, error) {
 		r.components = append(r.components, comp)
 	}
 
-	w := workload{mode: mode, c: c, cl: cl, kube: kube}
+	w := workload{mode: mode, c: c, cl: cl, kube: kube, progress: &r.progress}
 	start := time.Now()
 	if err := fanout.Run(c.servings, 8, func(i int) error { return w.create(ctx, i) }); err != nil {
 		return r, err
 	}
-	fmt.Fprintf(os.Stderr, "created %d objects in %s\n", c.servings, time.Since(start).Round(time.Second))
-	if err := w.waitAvailable(ctx, 30*time.Minute); err != nil {
+	fmt.Fprintf(c.log, "created %d objects in %s\n", c.servings, time.Since(start).Round(time.Second))
+	if err := w.waitAvailable(ctx, "fill", start, 30*time.Minute); err != nil {
 		return r, err
 	}
 	r.available = time.Since(start)
-	fmt.Fprintf(os.Stderr, "all Available after %s\n", r.available.Round(time.Second))
+	fmt.Fprintf(c.log, "all Available after %s\n", r.available.Round(time.Second))
 	for _, comp := range r.components {
 		comp.mark("fill")
 	}
@@ -175,14 +208,14 @@ func run(mode string, c config) (result, error) {
 		if time.Now().After(nextReport) {
 			for _, comp := range r.components {
 				s := comp.latest()
-				fmt.Fprintf(os.Stderr, "  churn: %s rss %d MiB, %d goroutines, heap %d MiB\n", comp.role, comp.rss()>>20, s.goroutines, s.heap>>20)
+				fmt.Fprintf(c.log, "  churn: %s rss %d MiB, %d goroutines, heap %d MiB\n", comp.role, comp.rss()>>20, s.goroutines, s.heap>>20)
 			}
 			nextReport = nextReport.Add(30 * time.Second)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	churnEnd := time.Now()
-	if err := w.waitAvailable(ctx, 30*time.Minute); err != nil {
+	if err := w.waitAvailable(ctx, "settle", churnEnd, 30*time.Minute); err != nil {
 		return r, err
 	}
 	r.settle = time.Since(churnEnd)
@@ -194,10 +227,11 @@ func run(mode string, c config) (result, error) {
 
 // workload creates and churns one mode's objects.
 type workload struct {
-	mode string
-	c    config
-	cl   client.Client
-	kube kubernetes.Interface
+	mode     string
+	c        config
+	cl       client.Client
+	kube     kubernetes.Interface
+	progress *[]sample
 }
 
 func name(i int) string { return fmt.Sprintf("m%04d", i) }
@@ -287,8 +321,9 @@ func (w workload) failPod(ctx context.Context, kubelet *sim.Kubelet, i int, rng 
 	return kubelet.FailPod(ctx, ns, p.Name)
 }
 
-// waitAvailable waits until every object is Available at its current spec.
-func (w workload) waitAvailable(ctx context.Context, timeout time.Duration) error {
+// waitAvailable waits until every object is Available at its current spec, recording the
+// progress of the phase that started at since.
+func (w workload) waitAvailable(ctx context.Context, phase string, since time.Time, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for time.Now().Before(deadline) {
@@ -318,21 +353,28 @@ func (w workload) waitAvailable(ctx context.Context, timeout time.Duration) erro
 				}
 			}
 		}
+		*w.progress = append(*w.progress, sample{phase: phase, at: time.Since(since), available: ready})
 		if ready == total && total == w.c.servings {
 			return nil
 		}
 		if s := fmt.Sprintf("%d/%d Available", ready, total); s != last {
-			fmt.Fprintf(os.Stderr, "  %s\n", s)
+			fmt.Fprintf(w.c.log, "  %s\n", s)
 			last = s
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Second)
 	}
 	return fmt.Errorf("%s: not all Available after %s (%s)", w.mode, timeout, last)
 }
 
-func report(c config, results []result) {
-	fmt.Printf("\n%d objects × %d pods on %d nodes; churn %s\n\n", c.servings, c.podsPerServing, c.nodes, c.churn)
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+func report(c config, results []result) (string, error) {
+	rate, err := inprocess.ShippedRate()
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n%d objects × %d pods on %d nodes; churn %s; both schedulers at client QPS %g, burst %d (manifests/scheduler/config.yaml's); both controllers at QPS %d, burst %d\n\n",
+		c.servings, c.podsPerServing, c.nodes, c.churn, rate.QPS, rate.Burst, controllerQPS, controllerBurst)
+	tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "mode\tto Available\tpods/s\tchurn ops\tsettle after churn\tcomponent\tpeak RSS MiB\tCPU s (fill)\tCPU s (churn)\tgoroutines fill→churn end\theap MiB fill→churn end")
 	for _, r := range results {
 		for i, comp := range r.components {
@@ -340,8 +382,6 @@ func report(c config, results []result) {
 			if i == 0 {
 				lead = fmt.Sprintf("%s\t%s\t%.0f\t%d\t%s", r.mode, r.available.Round(time.Second),
 					float64(c.servings*c.podsPerServing)/r.available.Seconds(), r.churnOps, r.settle.Round(time.Second))
-			} else {
-				lead = "\t\t\t\t"
 			}
 			fill, churn := comp.marks["fill"], comp.marks["churn"]
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f\t%d→%d\t%d→%d\n", lead, comp.role, comp.peakRSS()>>20,
@@ -351,20 +391,50 @@ func report(c config, results []result) {
 	tw.Flush()
 	if len(results) == 2 {
 		a, b := results[0], results[1]
-		fmt.Printf("\ntime to Available %s/%s: %.2f\n", a.mode, b.mode, a.available.Seconds()/b.available.Seconds())
+		fmt.Fprintf(&out, "\ntime to Available %s/%s: %.2f\n", a.mode, b.mode, a.available.Seconds()/b.available.Seconds())
 		var ra, rb uint64
-		var ca, cb float64
+		var ca, cb, fa, fb float64
 		for _, comp := range a.components {
 			ra += comp.peakRSS()
 			ca += comp.marks["churn"].cpu
+			fa += comp.marks["fill"].cpu
 		}
 		for _, comp := range b.components {
 			rb += comp.peakRSS()
 			cb += comp.marks["churn"].cpu
+			fb += comp.marks["fill"].cpu
 		}
-		fmt.Printf("peak RSS (scheduler + controller) %s/%s: %.2f\n", a.mode, b.mode, float64(ra)/float64(rb))
-		fmt.Printf("CPU seconds (scheduler + controller, whole run) %s/%s: %.2f\n", a.mode, b.mode, ca/cb)
+		fmt.Fprintf(&out, "peak RSS (scheduler + controller) %s/%s: %.2f\n", a.mode, b.mode, float64(ra)/float64(rb))
+		fmt.Fprintf(&out, "CPU seconds (scheduler + controller, fill) %s/%s: %.2f\n", a.mode, b.mode, fa/fb)
+		fmt.Fprintf(&out, "CPU seconds (scheduler + controller, whole run) %s/%s: %.2f\n", a.mode, b.mode, ca/cb)
 	}
+	return out.String(), nil
+}
+
+// writeFigures writes progress.svg (objects Available during the fill, per mode),
+// settle.svg (the same after the churn) and progress.csv (their raw numbers) into dir.
+func writeFigures(dir string, results []result) error {
+	table := figure.NewTable("mode", "phase", "seconds", "available")
+	fill := figure.Line{Title: "Objects Available since the first was created", XLabel: "seconds", YLabel: "objects Available"}
+	settle := figure.Line{Title: "Objects Available after the churn stopped", XLabel: "seconds", YLabel: "objects Available"}
+	for _, r := range results {
+		series := map[string]*figure.Series{"fill": {Name: r.mode}, "settle": {Name: r.mode}}
+		for _, s := range r.progress {
+			table.Add(r.mode, s.phase, s.at, s.available)
+			if x := series[s.phase]; x != nil {
+				x.X, x.Y = append(x.X, s.at.Seconds()), append(x.Y, float64(s.available))
+			}
+		}
+		fill.Series = append(fill.Series, *series["fill"])
+		settle.Series = append(settle.Series, *series["settle"])
+	}
+	if err := figure.Save(filepath.Join(dir, "progress.svg"), fill); err != nil {
+		return err
+	}
+	if err := figure.Save(filepath.Join(dir, "settle.svg"), settle); err != nil {
+		return err
+	}
+	return table.WriteFile(filepath.Join(dir, "progress.csv"))
 }
 
 func must(err error) {

@@ -43,6 +43,26 @@ var (
 	ClusterRate = ClientRate{QPS: 200, Burst: 400}
 )
 
+// ShippedRate is the client rate of the shipped configuration
+// (manifests/scheduler/config.yaml): what a user's berth-scheduler runs at, and what a
+// benchmark gives both schedulers when it compares them at equal settings.
+func ShippedRate() (ClientRate, error) {
+	var cfg struct {
+		ClientConnection struct {
+			QPS   float32 `json:"qps"`
+			Burst int     `json:"burst"`
+		} `json:"clientConnection"`
+	}
+	if err := yaml.Unmarshal(schedulermanifests.Config, &cfg); err != nil {
+		return ClientRate{}, fmt.Errorf("shipped scheduler config: %w", err)
+	}
+	r := ClientRate{QPS: cfg.ClientConnection.QPS, Burst: cfg.ClientConnection.Burst}
+	if r.QPS <= 0 || r.Burst <= 0 {
+		return ClientRate{}, fmt.Errorf("shipped scheduler config: clientConnection qps %g, burst %d: both must be set", r.QPS, r.Burst)
+	}
+	return r, nil
+}
+
 func (r ClientRate) orBench() ClientRate {
 	if r == (ClientRate{}) {
 		return BenchRate

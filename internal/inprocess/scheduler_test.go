@@ -69,3 +69,31 @@ func TestSchedulerConfig(t *testing.T) {
 		t.Errorf("default scheduler config %s, want kube-scheduler's default profile at %+v", raw, ClusterRate)
 	}
 }
+
+// The shipped rate is the one manifests/scheduler/config.yaml states, and a configuration
+// asked to run at it carries it unchanged.
+func TestShippedRate(t *testing.T) {
+	r, err := ShippedRate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.QPS < 50 || r.Burst < int(r.QPS) {
+		t.Fatalf("shipped rate %+v: below kube-scheduler's defaults", r)
+	}
+	raw, err := SchedulerConfig("/tmp/kc", SchedulerOptions{Rate: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		ClientConnection struct {
+			QPS   float32 `json:"qps"`
+			Burst int     `json:"burst"`
+		} `json:"clientConnection"`
+	}
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if c := cfg.ClientConnection; c.QPS != r.QPS || c.Burst != r.Burst {
+		t.Errorf("config at the shipped rate has qps %g burst %d, want %+v", c.QPS, c.Burst, r)
+	}
+}
