@@ -394,7 +394,8 @@ func (b *bench) contention(ctx context.Context, c contentionOptions, modes []mod
 		fmt.Sprintf("- partial: a group with pods bound but its minimum not met, unchanged for %s (binding settled), seen by a pod watch over the whole run.\n", c.partialWindow) +
 		fmt.Sprintf("- settle: from the last pod created until bound pods stop changing for %s, at most %s.\n", c.quiet, c.settleCap) +
 		"- starved: groups without their minimum whose missing minimum pods would fit the pool's free GPUs at the end (first-fit-decreasing over role replicas), " +
-		"after subtracting capacity berth reserves (`" + reservationKey + "`) and not counting the group it is reserved for.\n"
+		"after subtracting capacity berth reserves (`" + reservationKey + "`) and not counting the group it is reserved for; " +
+		"the reservation is trusted only when one group holds it and it keeps no more GPUs than that group's minimum misses.\n"
 	return header + table + notes, nil
 }
 
@@ -852,16 +853,35 @@ func (t *tracker) snapshot() snapshot {
 // starved counts groups without their minimum whose missing minimum pods would fit the
 // pool's free GPUs (less what is reserved), first-fit-decreasing over role replicas, each
 // group on its own. Groups holding a reservation are not counted. It also describes each
-// starved group's missing minimum.
+// starved group's missing minimum. The scheduler's reservation is trusted only as far as
+// it is bounded: one reserving group, keeping no more GPUs than its minimum misses.
+// Otherwise nothing is subtracted and no group is exempt, so a scheduler cannot hide idle
+// GPUs by reserving them.
 func (t *tracker) starved(pool []string, reserved map[string]int64, holders map[string]bool) (int, []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var desc []string
+	var kept int64
+	for _, q := range reserved {
+		kept += q
+	}
+	var missing int64
+	for name := range holders {
+		if g := t.groups[name]; g != nil {
+			for _, u := range g.missingUnits() {
+				missing += int64(u.pods) * u.gpus
+			}
+		}
+	}
+	if len(holders) > 1 || kept > missing {
+		desc = append(desc, fmt.Sprintf("reservation not trusted (%d groups reserve %d GPUs, their minimum misses %d): not subtracted", len(holders), kept, missing))
+		reserved, holders = nil, nil
+	}
 	free := make([]int64, len(pool))
 	for i, node := range pool {
 		free[i] = max(0, gpusPerNode-t.nodeGPUs[node]-reserved[node])
 	}
 	n := 0
-	var desc []string
 	for _, name := range t.order {
 		g := t.groups[name]
 		if !g.created || g.minMet() || holders[name] {

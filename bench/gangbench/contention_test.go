@@ -2,6 +2,7 @@ package main
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,6 +133,19 @@ func TestTrackerPartialAndStarved(t *testing.T) {
 	// Reserved for b: b is not counted, and a no longer fits.
 	if n, _ := tr.starved(pool, map[string]int64{"gpu-001": 8}, map[string]bool{"b": true}); n != 0 {
 		t.Errorf("starved %d with a reservation, want 0", n)
+	}
+	// A reservation beyond bounds is not trusted: b keeping 16 GPUs for its 8 missing, or two
+	// groups reserving at once, hides nothing (a and b count as starved again).
+	for _, tc := range []struct {
+		reserved map[string]int64
+		holders  map[string]bool
+	}{
+		{map[string]int64{"gpu-001": 8, "gpu-000": 8}, map[string]bool{"b": true}},
+		{map[string]int64{"gpu-001": 8}, map[string]bool{"b": true, "c": true}},
+	} {
+		if n, desc := tr.starved(pool, tc.reserved, tc.holders); n != 2 || !strings.HasPrefix(desc[0], "reservation not trusted") {
+			t.Errorf("starved %d %q with reservation %v by %v, want 2 and the reservation not trusted", n, desc, tc.reserved, tc.holders)
+		}
 	}
 	res, err := parseReservation(`{"gpu-001":{"nvidia.com/gpu":"8","cpu":"1"}}`)
 	if err != nil || res["gpu-001"] != 8 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -213,9 +214,17 @@ spec:
 
 func TestInstallCRDsRejectsNonCRD(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "cm.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
-	if err := cp.InstallCRDs(t.Context(), dir); err == nil {
+	path := filepath.Join(dir, "cm.yaml")
+	writeFile(t, path, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+	err := cp.InstallCRDs(t.Context(), dir)
+	if err == nil {
 		t.Fatal("InstallCRDs accepted a ConfigMap manifest")
+	}
+	// Refused for what it is, not for any other reason (a missing directory, a parse error):
+	// the message names the file, the document and the kind it found.
+	want := path + `: document 1: want a apiextensions.k8s.io/v1 CustomResourceDefinition, got apiVersion "v1" kind "ConfigMap"`
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("InstallCRDs refused the ConfigMap with %q, want it to say %q", err, want)
 	}
 }
 

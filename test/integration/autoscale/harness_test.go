@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -198,10 +199,23 @@ func (w *world) watchReplicas(names ...string) map[string]*replicasLog {
 	wi, err := cl.Watch(w.ctx, &workloadv1alpha1.ModelServingList{}, client.InNamespace(w.ns))
 	require.NoError(w.t, err)
 	done := make(chan struct{})
+	// A raw watch can end (the apiserver closes it, or sends an Error) and the log would
+	// silently miss every change after: the test fails then, rather than judging half a log.
+	var stopping atomic.Bool
+	var broke string
 	go func() {
 		defer close(done)
+		defer func() {
+			if !stopping.Load() && broke == "" {
+				broke = "the watch ended early"
+			}
+		}()
 		seq := 0
 		for ev := range wi.ResultChan() {
+			if ev.Type == watch.Error {
+				broke = fmt.Sprintf("the watch failed: %v", apierrors.FromObject(ev.Object))
+				return
+			}
 			ms, ok := ev.Object.(*workloadv1alpha1.ModelServing)
 			if !ok || ev.Type == watch.Deleted {
 				continue
@@ -218,7 +232,14 @@ func (w *world) watchReplicas(names ...string) map[string]*replicasLog {
 			mu.Unlock()
 		}
 	}()
-	w.t.Cleanup(func() { wi.Stop(); <-done })
+	w.t.Cleanup(func() {
+		stopping.Store(true)
+		wi.Stop()
+		<-done
+		if broke != "" {
+			w.t.Errorf("the replicas log of %v is incomplete: %s at %s", names, broke, time.Now().Format(time.StampMilli))
+		}
+	})
 	return logs
 }
 

@@ -313,8 +313,8 @@ func TestChaos(t *testing.T) {
 	waitAvailable("the first ModelServings are Available", 2*time.Minute)
 
 	// Clients: each request goes to a random router and, on any failure, is retried by the
-	// client (another router, a little later) until it succeeds or a minute passes.
-	load := &loadStats{}
+	// client (another router, a little later) until it succeeds or requestDeadline passes.
+	load := &loadStats{explained: map[string]int{}, unexplained: map[string]int{}, example: map[string]string{}}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var clients sync.WaitGroup
 	for c := range 4 {
@@ -324,7 +324,7 @@ func TestChaos(t *testing.T) {
 				servingsMu.Lock()
 				model := servings[crng.IntN(len(servings))]
 				servingsMu.Unlock()
-				load.request(loadCtx, crng, routers, model)
+				load.request(loadCtx, crng, routers, inv, model)
 				time.Sleep(time.Duration(20+crng.IntN(80)) * time.Millisecond)
 			}
 		})
@@ -494,12 +494,15 @@ func TestChaos(t *testing.T) {
 
 	load.mu.Lock()
 	defer load.mu.Unlock()
-	t.Logf("requests: %d sent, %d answered at the first try; retried by the client: %d cut in flight by a router kill, %d sent to a killed router not yet back, %d for other reasons (%s); %d lost",
-		load.sent, load.firstTry, load.cutByKill, load.toDownRouter, load.retriedOther, load.otherReasons(), load.lost)
+	t.Logf("requests: %d sent, %d answered at the first try, %d lost after %s (%d of them while the model had no ready endpoint); failed tries explained: %s; unexplained: %s",
+		load.sent, load.firstTry, load.lost, requestDeadline, load.lostOwned, counts(load.explained), counts(load.unexplained))
 	t.Logf("kills: %d scheduler leaders, %d controller leaders, %d router replicas, %d nodes; invariants watched: no node over its GPUs, no ServingGroup with live pods of two revisions (every event); nothing partly bound, no orphan pod, PodGroup or Service, every ModelServing Available (settled)",
 		f.kills[replicas.Scheduler], f.kills[replicas.Controller], f.kills[replicas.Router], f.kills["node"])
 	assert.Positive(t, load.sent, "no request was sent")
-	assert.Zero(t, load.lost, "requests lost: %v", load.lostWhy)
+	assert.Empty(t, load.lostWhy, "requests lost while their model had a ready endpoint")
+	for r, n := range load.unexplained {
+		assert.LessOrEqual(t, n, unexplainedBound, "%d tries failed with %s though no router kill and no loss of the model's pods explains them; e.g. %s", n, r, load.example[r])
+	}
 	for _, kind := range []string{replicas.Scheduler, replicas.Controller, replicas.Router, "node"} {
 		assert.Positive(t, f.kills[kind], "the run killed no %s; it proves less than it says", kind)
 	}
@@ -560,10 +563,21 @@ type invariants struct {
 	mu         sync.Mutex
 	pods       map[string]*corev1.Pod
 	violations []string
+	endpoints  map[string]*endpoints // model -> its ready pods, as the test's informer saw them
+}
+
+// endpoints is the history of a model's ready pods: when it had none, and when one went
+// away. It is what explains a failed request that no router kill explains.
+type endpoints struct {
+	ready    map[string]bool
+	seen     bool           // it has had a ready pod
+	noneFrom time.Time      // start of the current stretch with none (zero: it has some)
+	none     [][2]time.Time // past stretches with none
+	lost     []time.Time    // a ready pod stopped being ready or was deleted
 }
 
 func watchInvariants(t *testing.T, kube kubernetes.Interface) *invariants {
-	inv := &invariants{pods: map[string]*corev1.Pod{}}
+	inv := &invariants{pods: map[string]*corev1.Pod{}, endpoints: map[string]*endpoints{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns))
@@ -589,6 +603,7 @@ func watchInvariants(t *testing.T, kube kubernetes.Interface) *invariants {
 func (inv *invariants) set(p *corev1.Pod, deleted bool) {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
+	inv.trackEndpoint(p, deleted)
 	if deleted {
 		delete(inv.pods, p.Name)
 		return
@@ -622,56 +637,152 @@ func (inv *invariants) set(p *corev1.Pod, deleted bool) {
 	}
 }
 
-// loadStats counts what the clients saw.
-type loadStats struct {
-	mu                                                          sync.Mutex
-	sent, firstTry, cutByKill, toDownRouter, retriedOther, lost int
-	reasons                                                     map[string]int
-	lostWhy                                                     []string
+// trackEndpoint records whether p serves its model (Running, Ready, not being deleted).
+func (inv *invariants) trackEndpoint(p *corev1.Pod, deleted bool) {
+	model := p.Labels[workloadv1alpha1.ModelServingNameLabel]
+	if model == "" {
+		return
+	}
+	e := inv.endpoints[model]
+	if e == nil {
+		e = &endpoints{ready: map[string]bool{}}
+		inv.endpoints[model] = e
+	}
+	now := time.Now()
+	ready := !deleted && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning
+	if ready {
+		ready = false
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				ready = c.Status == corev1.ConditionTrue
+			}
+		}
+	}
+	switch was := e.ready[p.Name]; {
+	case ready && !was:
+		e.ready[p.Name] = true
+		if !e.noneFrom.IsZero() {
+			e.none = append(e.none, [2]time.Time{e.noneFrom, now})
+			e.noneFrom = time.Time{}
+		}
+		e.seen = true
+	case !ready && was:
+		delete(e.ready, p.Name)
+		e.lost = append(e.lost, now)
+		if len(e.ready) == 0 {
+			e.noneFrom = now
+		}
+	}
 }
 
-func (l *loadStats) otherReasons() string {
+// disruption explains a request to model that failed between from and to by what its
+// serving pods went through then: "no ready endpoint" when it had none at some moment (never
+// had one, or lost them all), "an endpoint went away" when one of them stopped serving; ""
+// when neither. slack widens the window on both sides: the routers learn of a pod's
+// readiness through their own informers, a little after the test does.
+func (inv *invariants) disruption(model string, from, to time.Time) string {
+	from, to = from.Add(-disruptionSlack), to.Add(disruptionSlack)
+	inv.mu.Lock()
+	defer inv.mu.Unlock()
+	e := inv.endpoints[model]
+	if e == nil || !e.seen || (!e.noneFrom.IsZero() && e.noneFrom.Before(to)) {
+		return "no ready endpoint"
+	}
+	for _, iv := range e.none {
+		if iv[0].Before(to) && iv[1].After(from) {
+			return "no ready endpoint"
+		}
+	}
+	for _, at := range e.lost {
+		if at.After(from) && at.Before(to) {
+			return "an endpoint went away"
+		}
+	}
+	return ""
+}
+
+const (
+	// requestDeadline is how long a client retries one request (another router, 200 ms
+	// later) before it counts the request lost; attemptTimeout bounds each try. An engine
+	// answers in milliseconds here and a killed router refuses at connect, so a request that
+	// needs seconds is one Berth failed: a router answering 503 for seconds must not pass.
+	requestDeadline = 5 * time.Second
+	attemptTimeout  = 3 * time.Second
+	// disruptionSlack widens the window in which a model's lost endpoints explain a failure.
+	disruptionSlack = 2 * time.Second
+	// unexplainedBound is how many failed tries per reason the run accepts that no router
+	// kill and no disruption of the model's pods explains.
+	unexplainedBound = 0
+)
+
+// loadStats counts what the clients saw: every failed try by what explains it, and the
+// failures nothing explains by reason, with an example of each.
+type loadStats struct {
+	mu              sync.Mutex
+	sent, firstTry  int
+	explained       map[string]int // failed tries by what explains them
+	unexplained     map[string]int // failed tries nothing explains, by reason
+	example         map[string]string
+	lost, lostOwned int // lost requests; of those, lost while the model had no ready endpoint
+	lostWhy         []string
+}
+
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
 	var out []string
-	for r, n := range l.reasons {
+	for r, n := range m {
 		out = append(out, fmt.Sprintf("%s: %d", r, n))
 	}
 	sort.Strings(out)
 	return strings.Join(out, "; ")
 }
 
-// request sends one chat completion through a random live-looking router and retries it
-// (another router, after a pause) until it succeeds or a minute passes.
-func (l *loadStats) request(ctx context.Context, rng *rand.Rand, routers []*routerSlot, model string) {
-	deadline := time.Now().Add(time.Minute)
-	first := true
+// request sends one chat completion through a random router and retries it (another
+// router, after a pause) until it succeeds or requestDeadline passes. Each failed try is
+// explained by a router kill (in flight on the replica, or sent to it before it was back)
+// or by the model's pods (inv.disruption), or counted as unexplained.
+func (l *loadStats) request(ctx context.Context, rng *rand.Rand, routers []*routerSlot, inv *invariants, model string) {
+	began := time.Now()
+	deadline := began.Add(requestDeadline)
 	for attempt := 0; ; attempt++ {
 		s := routers[rng.IntN(len(routers))]
 		gen, down := s.gen.Load(), s.down.Load()
+		tried := time.Now()
 		c := openai.NewClient(option.WithBaseURL("http://"+s.addr+"/v1"), option.WithAPIKey("chaos"), option.WithMaxRetries(0),
-			option.WithRequestTimeout(20*time.Second))
+			option.WithRequestTimeout(attemptTimeout))
 		_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model,
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}, MaxTokens: openai.Int(4)})
 		if ctx.Err() != nil {
 			return // the load stopped; the request was not lost to Berth
+		}
+		var why string
+		switch {
+		case err == nil:
+		case s.gen.Load() != gen:
+			why = "router killed in flight"
+		case down:
+			why = "router down (killed, not yet back)"
+		default:
+			why = inv.disruption(model, tried, time.Now())
 		}
 		l.mu.Lock()
 		if attempt == 0 {
 			l.sent++
 		}
 		switch {
-		case err == nil && first:
+		case err == nil && attempt == 0:
 			l.firstTry++
 		case err == nil:
-		case first && s.gen.Load() != gen:
-			l.cutByKill++ // in flight on a replica that was killed
-		case first && down:
-			l.toDownRouter++ // sent to a killed replica not yet back: refused at connect
-		case first:
-			l.retriedOther++
-			if l.reasons == nil {
-				l.reasons = map[string]int{}
+		case why != "":
+			l.explained[why]++
+		default:
+			r := reason(err)
+			l.unexplained[r]++
+			if l.example[r] == "" {
+				l.example[r] = fmt.Sprintf("%s at %s via %s: %v", model, tried.Format(time.StampMilli), s.addr, err)
 			}
-			l.reasons[reason(err)]++
 		}
 		if err == nil {
 			l.mu.Unlock()
@@ -679,12 +790,15 @@ func (l *loadStats) request(ctx context.Context, rng *rand.Rand, routers []*rout
 		}
 		if time.Now().After(deadline) {
 			l.lost++
-			l.lostWhy = append(l.lostWhy, fmt.Sprintf("%s: %v", model, err))
+			if inv.disruption(model, began, time.Now()) == "no ready endpoint" {
+				l.lostOwned++ // the model could not serve: its pods were down, not the routers
+			} else {
+				l.lostWhy = append(l.lostWhy, fmt.Sprintf("%s (from %s): %v", model, began.Format(time.StampMilli), err))
+			}
 			l.mu.Unlock()
 			return
 		}
 		l.mu.Unlock()
-		first = false
 		time.Sleep(200 * time.Millisecond)
 	}
 }

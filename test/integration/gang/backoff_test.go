@@ -21,7 +21,7 @@ import (
 func TestReleasedGangIsRetriedWhenItsBackoffEnds(t *testing.T) {
 	w := newWorld(t)
 	// Hold for 2s; back off for 10s, long enough that the test acts well inside the backoff
-	// even on a loaded machine (the test asserts no duration, only the order of things).
+	// even on a loaded machine; how long the backoff lasted is checked with a wide margin.
 	w.startScheduler(2, 10)
 	for i := 0; i < 3; i++ {
 		w.addNode(fmt.Sprintf("gpu-%d", i), 8, "64")
@@ -37,6 +37,15 @@ func TestReleasedGangIsRetriedWhenItsBackoffEnds(t *testing.T) {
 	})
 	n, _ := w.bound("late")
 	require.Zero(t, n, "a pod of an incomplete gang was bound")
+	// The backoff began when the gang was released: at the condition's transition (written a
+	// moment after, at one-second resolution).
+	var released time.Time
+	for _, c := range w.podGroup("late").Status.Conditions {
+		if c.Type == volcanov1beta1.PodGroupUnschedulableType && c.Status == corev1.ConditionTrue {
+			released = c.LastTransitionTime.Time
+		}
+	}
+	require.False(t, released.IsZero(), "the WaitTimeout condition has no transition time")
 
 	// The gang is complete now, but backing off: the pod's own attempt is refused.
 	ungate(w, last)
@@ -48,6 +57,12 @@ func TestReleasedGangIsRetriedWhenItsBackoffEnds(t *testing.T) {
 
 	// Nothing else happens in the cluster: the end of the backoff alone retries the gang.
 	w.eventually("the gang binds whole once its backoff ends", 60*time.Second, func() bool { n, _ := w.bound("late"); return n == 3 })
+	// And not before it ends, nor long after: the 10 s backoff, less 2 s for the status
+	// write and the timestamp's resolution; at most 15 s late on a loaded machine.
+	lasted := time.Since(released)
+	t.Logf("the gang bound %s after its release (backoff 10s)", lasted.Round(10*time.Millisecond))
+	require.GreaterOrEqual(t, lasted, 8*time.Second, "the gang bound before its 10s backoff ended")
+	require.LessOrEqual(t, lasted, 25*time.Second, "the gang bound long after its 10s backoff ended")
 	w.eventually("the PodGroup reports Running with no refusal", 15*time.Second, func() bool {
 		pg := w.podGroup("late")
 		return pg.Status.Phase == volcanov1beta1.PodGroupRunning && unschedulableMessage(pg) == ""

@@ -44,9 +44,13 @@ const (
 	// chose ("hit") or whose plan no longer held ("stale").
 	fastPathMetric = "berth_gang_fast_path_total"
 	// partialGrace is how long the watch tolerates a group partly bound (or a role replica
-	// split). Binding is not atomic: a released gang's pods bind with one API call each, so
-	// a watch sees the group partly bound for a moment; a group that stays so is a violation.
-	partialGrace = 10 * time.Second
+	// split). Binding is not atomic: a released gang's pods leave Permit together and bind
+	// with one API call each, in parallel, so a watch sees the group partly bound for a few
+	// tens of milliseconds. A scheduler that binds a gang's pods as they come, or lets them
+	// out of Permit one at a time, leaves it partly bound for seconds: a partial state that
+	// lasts longer than this, ended or not, is a violation. 2 s leaves room for a loaded
+	// 2-core machine (the informer's delivery lag is common to all of a group's pods).
+	partialGrace = 2 * time.Second
 	// workConservingWithin is how long after the stream stops every waiting group whose
 	// minimum fits the free capacity of its pool must have been placed.
 	workConservingWithin = 30 * time.Second
@@ -60,7 +64,8 @@ const (
 // demand) and some on a 6-node pool beside it (about 3/4 of its GPUs), one every 100-300 ms.
 // A watch over the whole run asserts that no group is ever partly bound and no role replica
 // split. Within 30 s of the last arrival no waiting group may fit its pool's free GPUs (less
-// what the scheduler reserves for a blocked group); then placed gangs are deleted one at a
+// what the scheduler reserves for a blocked group, which is trusted only as far as it is
+// bounded: one reserving group per pool, keeping no more GPUs than its minimum misses); then placed gangs are deleted one at a
 // time until every gang, the large one included, has had its minimum bound. The scheduler
 // must have sent pods down its plan's fast path. BERTH_SEED=<n> replays a stream's shapes.
 func TestContentionRandomGangStream(t *testing.T) {
@@ -375,6 +380,20 @@ func newGangSpec(name string, pool *gpuPool, minRole map[string]int, roles ...ro
 	return s
 }
 
+// missingMinGPUs is the GPUs of the minimum's pods that are not bound yet: the most a
+// reservation for the group may keep.
+func (s *gangSpec) missingMinGPUs(bound map[string]string) int64 {
+	per := perTask(bound)
+	var n int64
+	for _, r := range s.roles {
+		for j := 0; j < r.replicas; j++ {
+			task := fmt.Sprintf("%s-%d", r.name, j)
+			n += int64(max(0, s.minTask[task]-per[task])) * r.gpus
+		}
+	}
+	return n
+}
+
 func (s *gangSpec) minGPUTotal() int64 {
 	var n int64
 	for _, g := range s.minGPUs {
@@ -582,6 +601,7 @@ func (c *contention) workConserving(within time.Duration, after string, logPass 
 	for {
 		snap := c.w.gpuSnapshot(c.specs, c.watch.isRetired)
 		offenders := c.waitingThatFit(snap)
+		offenders = append(offenders, c.overReserved(snap)...)
 		offenders = append(offenders, snap.errs...)
 		if len(offenders) == 0 {
 			if logPass {
@@ -626,6 +646,32 @@ func (c *contention) waitingThatFit(snap *gpuSnapshot) []string {
 		if fitsFFD(s.minGPUs, snap.freeFor(s.pool, s.dra)) {
 			out = append(out, fmt.Sprintf("%s (pool %s, created at +%s) waits with %d/%d pods bound; its minimum %s [GPUs per pod %v] fits; PodGroup Unschedulable: %q",
 				s.name, s.pool.name, s.created.Round(time.Millisecond), len(snap.bound[s.name]), s.pods, s.minimum(), s.minGPUs, pgMessage(snap.pgs[s.name])))
+		}
+	}
+	return out
+}
+
+// overReserved lists what makes the scheduler's reservations more than waiting needs, so
+// that trusting them (waitingThatFit subtracts them) could hide idle capacity: more than one
+// group reserving in a pool, or a group reserving more GPUs than its minimum still misses.
+func (c *contention) overReserved(snap *gpuSnapshot) []string {
+	var out []string
+	perPool := map[*gpuPool][]string{}
+	for _, s := range c.specs {
+		n, ok := snap.reservedBy[s.name]
+		if !ok {
+			continue
+		}
+		perPool[s.pool] = append(perPool[s.pool], s.name)
+		if missing := s.missingMinGPUs(snap.bound[s.name]); n > missing {
+			out = append(out, fmt.Sprintf("%s (pool %s) reserves %d GPUs, more than the %d GPUs its minimum still misses (%d/%d pods bound; minimum %s): %s",
+				s.name, s.pool.name, n, missing, len(snap.bound[s.name]), s.pods, s.minimum(), snap.reserving[s.name]))
+		}
+	}
+	for _, p := range c.pools {
+		if groups := perPool[p]; len(groups) > 1 {
+			sort.Strings(groups)
+			out = append(out, fmt.Sprintf("pool %s: %d groups reserve capacity at once (%s); at most one, the one waiting longest, may", p.name, len(groups), strings.Join(groups, ", ")))
 		}
 	}
 	return out
@@ -784,14 +830,15 @@ func (c *contention) checkFastPath(before float64) {
 
 // gpuSnapshot is the cluster's GPUs as the API shows them at one moment.
 type gpuSnapshot struct {
-	alloc     map[string]int64             // node -> allocatable GPUs
-	used      map[string]int64             // node -> GPUs of its bound, live pods
-	reserved  map[string]int64             // node -> GPUs waiting groups reserve there
-	reserving map[string]string            // waiting group -> its reservation annotation
-	stale     map[string]string            // group placed or deleted -> its leftover reservation
-	bound     map[string]map[string]string // group -> bound pod -> role replica
-	pgs       map[string]*volcanov1beta1.PodGroup
-	errs      []string
+	alloc      map[string]int64             // node -> allocatable GPUs
+	used       map[string]int64             // node -> GPUs of its bound, live pods
+	reserved   map[string]int64             // node -> GPUs waiting groups reserve there
+	reserving  map[string]string            // waiting group -> its reservation annotation
+	reservedBy map[string]int64             // waiting group -> GPUs its reservation keeps
+	stale      map[string]string            // group placed or deleted -> its leftover reservation
+	bound      map[string]map[string]string // group -> bound pod -> role replica
+	pgs        map[string]*volcanov1beta1.PodGroup
+	errs       []string
 }
 
 // gpuSnapshot reads nodes, pods and PodGroups. A reservation counts only for a group that
@@ -799,7 +846,7 @@ type gpuSnapshot struct {
 func (w *world) gpuSnapshot(specs []*gangSpec, retired func(string) bool) *gpuSnapshot {
 	t := w.t
 	snap := &gpuSnapshot{alloc: map[string]int64{}, used: map[string]int64{}, reserved: map[string]int64{},
-		reserving: map[string]string{}, stale: map[string]string{}, bound: map[string]map[string]string{},
+		reserving: map[string]string{}, reservedBy: map[string]int64{}, stale: map[string]string{}, bound: map[string]map[string]string{},
 		pgs: map[string]*volcanov1beta1.PodGroup{}}
 	nodes, err := w.kube.CoreV1().Nodes().List(w.ctx, metav1.ListOptions{LabelSelector: "berth.test/owner=" + w.ns})
 	require.NoError(t, err)
@@ -853,6 +900,7 @@ func (w *world) gpuSnapshot(specs []*gangSpec, retired func(string) bool) *gpuSn
 			for k := range list {
 				if strings.HasPrefix(k, "dra.berth.sh/") {
 					snap.reserved[node]++
+					snap.reservedBy[pg.Name]++
 				}
 			}
 			v, ok := list[string(gpu)]
@@ -865,6 +913,7 @@ func (w *world) gpuSnapshot(specs []*gangSpec, retired func(string) bool) *gpuSn
 				continue
 			}
 			snap.reserved[node] += q.Value()
+			snap.reservedBy[pg.Name] += q.Value()
 		}
 	}
 	return snap
@@ -1121,8 +1170,15 @@ func (gw *gangWatch) trackLocked(key string, partial bool, now time.Time) {
 	case !partial && was:
 		delete(gw.partialSince, key)
 		gw.transients++
-		if d := now.Sub(since); d > gw.longest {
+		d := now.Sub(since)
+		if d > gw.longest {
 			gw.longest, gw.longestKey = d, key
+		}
+		// A partial state that ended between two ticks of overdue is judged here.
+		if d > partialGrace && !gw.flagged[key] {
+			gw.flagged[key] = true
+			gw.violations = append(gw.violations, fmt.Sprintf("seed=%d: %s was partly bound for %s (more than %s) before it completed or emptied",
+				gw.seed, key, d.Round(time.Millisecond), partialGrace))
 		}
 	}
 }

@@ -18,7 +18,8 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 )
 
-// quiet is how long a test watches that nothing binds that must not.
+// quiet is how long a test watches that nothing binds that must not, once the scheduler has
+// tried and refused the pods (world.refused).
 const quiet = 3 * time.Second
 
 // A 1P2D group binds all or nothing. With room for the prefill and one decode replica only,
@@ -38,6 +39,7 @@ func TestPrefillDecodeGroupBindsAllOrNothing(t *testing.T) {
 	w.eventually("the PodGroup explains why it is pending", 15*time.Second, func() bool {
 		return strings.HasPrefix(unschedulableMessage(w.podGroup("qwen-0")), want)
 	})
+	w.refused("qwen-0", "", 15*time.Second)
 	w.consistently("no pod of the group binds", quiet, func() bool { n, _ := w.bound("qwen-0"); return n == 0 })
 	assert.Equal(t, volcanov1beta1.PodGroupPending, w.podGroup("qwen-0").Status.Phase)
 
@@ -64,6 +66,7 @@ func TestRoleReplicaWithWorkersIsNeverSplit(t *testing.T) {
 		_, byTask := w.bound("tp-0")
 		return byTask["server-0"] == 4
 	})
+	w.refused("tp-0", "server-1", 30*time.Second)
 	w.consistently("the second replica binds no pod while it cannot bind all four", quiet, func() bool {
 		_, byTask := w.bound("tp-0")
 		return byTask["server-1"] == 0 && byTask["server-0"] == 4
@@ -100,6 +103,7 @@ func TestCompetingGangsNeverDeadlock(t *testing.T) {
 		}
 		return winner != ""
 	})
+	w.refused(loser, "", 30*time.Second)
 	w.consistently("the other gang binds nothing", quiet, func() bool {
 		n, _ := w.bound(loser)
 		m, _ := w.bound(winner)
@@ -146,6 +150,11 @@ func TestTwentyGangsRaceForTen(t *testing.T) {
 		return
 	}
 	w.eventually("10 gangs bind fully", 60*time.Second, func() bool { full, _, _ := count(); return full == 10 })
+	for i := 0; i < 20; i++ {
+		if n, _ := w.bound(fmt.Sprintf("g%02d", i)); n == 0 {
+			w.refused(fmt.Sprintf("g%02d", i), "", 30*time.Second)
+		}
+	}
 	w.consistently("10 gangs stay fully bound and 10 bind nothing", quiet, func() bool {
 		full, empty, partial := count()
 		return full == 10 && empty == 10 && partial == 0

@@ -367,6 +367,39 @@ func (w *world) eventually(what string, timeout time.Duration, cond func() bool)
 	require.NoError(w.t, err, "timed out after %s waiting until %s", timeout, what)
 }
 
+// refused waits until berth-scheduler has tried every unbound pod of group (of its role
+// replica task, when task is set) and refused it (PodScheduled=False, Unschedulable). A quiet
+// window that follows it watches a scheduler that has looked at the pods, not one that has
+// not got to them yet (or never will): nothing binding for a while proves nothing by itself.
+func (w *world) refused(group, task string, timeout time.Duration) {
+	w.t.Helper()
+	what := fmt.Sprintf("berth-scheduler has tried and refused every unbound pod of %s", group)
+	if task != "" {
+		what += " role replica " + task
+	}
+	w.eventually(what, timeout, func() bool {
+		pods, err := w.kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{LabelSelector: labelGroup + "=" + group})
+		require.NoError(w.t, err)
+		n := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" || (task != "" && p.Labels[labelRoleID] != task) {
+				continue
+			}
+			n++
+			tried := false
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					tried = true
+				}
+			}
+			if !tried {
+				return false
+			}
+		}
+		return n > 0
+	})
+}
+
 func (w *world) consistently(what string, d time.Duration, cond func() bool) {
 	w.t.Helper()
 	deadline := time.Now().Add(d)

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -341,18 +342,26 @@ type gangWatch struct {
 	mu           sync.Mutex
 	gangs        map[string]*gang
 	bound        map[string]map[string]string // gang -> pod -> node
+	everOn       map[string]map[string]bool   // gang -> every node its pods were bound on while judged
 	reached      map[string]bool              // gangs whose minimum was ever bound
 	partialSince map[string]time.Time
 	violations   []string
+	// transients counts partial states that ended in time; longest is the longest of them.
+	transients  int
+	longest     time.Duration
+	longestGang string
 }
 
-// partialGrace: binding is one API call per pod, so a released gang is partly bound for a
-// moment; one that stays so is a violation.
-const partialGrace = 10 * time.Second
+// partialGrace: a released gang's pods leave Permit together and bind with one API call
+// each, in parallel, so a watch sees the gang partly bound for tens of milliseconds. A gang
+// partly bound for longer than this, ended or not, is a violation: a scheduler that let its
+// pods out of Permit one by one (or bound them as they came) leaves it so for seconds. 2 s
+// leaves room for a loaded 2-core machine.
+const partialGrace = 2 * time.Second
 
 func (w *world) watch() *gangWatch {
 	w.t.Helper()
-	gw := &gangWatch{gangs: map[string]*gang{}, bound: map[string]map[string]string{}, reached: map[string]bool{}, partialSince: map[string]time.Time{}}
+	gw := &gangWatch{gangs: map[string]*gang{}, bound: map[string]map[string]string{}, everOn: map[string]map[string]bool{}, reached: map[string]bool{}, partialSince: map[string]time.Time{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(w.kube, 0, informers.WithNamespace(w.ns))
 	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { gw.observe(o, false) },
@@ -375,7 +384,14 @@ func (w *world) watch() *gangWatch {
 			}
 		}
 	}()
-	w.t.Cleanup(func() { cancel(); factory.Shutdown() })
+	w.t.Cleanup(func() {
+		cancel()
+		factory.Shutdown()
+		gw.mu.Lock()
+		defer gw.mu.Unlock()
+		w.t.Logf("the watch saw %d transient partial states (binding one pod at a time), the longest %s (%s); a violation past %s",
+			gw.transients, gw.longest.Round(time.Millisecond), gw.longestGang, partialGrace)
+	})
 	return gw
 }
 
@@ -416,16 +432,32 @@ func (gw *gangWatch) observe(obj any, deleted bool) {
 	if g == nil {
 		return
 	}
+	if node := gw.bound[name][p.Name]; node != "" {
+		if gw.everOn[name] == nil {
+			gw.everOn[name] = map[string]bool{}
+		}
+		gw.everOn[name][node] = true
+	}
 	n := len(gw.bound[name])
 	if n >= g.min {
 		gw.reached[name] = true
 	}
-	_, was := gw.partialSince[name]
+	since, was := gw.partialSince[name]
 	switch partial := n > 0 && n < g.min; {
 	case partial && !was:
 		gw.partialSince[name] = time.Now()
 	case !partial && was:
 		delete(gw.partialSince, name)
+		d := time.Since(since)
+		gw.transients++
+		if d > gw.longest {
+			gw.longest, gw.longestGang = d, name
+		}
+		// One that ended between two ticks of overdue is judged here (a reported one's
+		// since was pushed an hour ahead, so d is negative).
+		if d > partialGrace {
+			gw.violations = append(gw.violations, fmt.Sprintf("%s was partly bound for %s (more than %s) before it completed or emptied", g, d.Round(time.Millisecond), partialGrace))
+		}
 	}
 }
 
@@ -453,12 +485,15 @@ func (gw *gangWatch) hasReached(name string) bool {
 	return gw.reached[name]
 }
 
+// nodes is every node the gang's pods were bound on while the watch judged it (before it
+// was retired), so a check after the drain still sees where a deleted gang was.
 func (gw *gangWatch) nodes(name string) []string {
 	gw.mu.Lock()
 	defer gw.mu.Unlock()
 	var out []string
-	for _, n := range gw.bound[name] {
+	for n := range gw.everOn[name] {
 		out = append(out, n)
 	}
+	sort.Strings(out)
 	return out
 }

@@ -81,7 +81,7 @@ func TestShippedRBACServesAModel(t *testing.T) {
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		if time.Since(lastAudit) > time.Second {
 			lastAudit = time.Now()
-			if _, refused := audit(t); len(refused) > 0 {
+			if _, refused := audit(t, s.components); len(refused) > 0 {
 				return false, fmt.Errorf("the apiserver refused Berth's ServiceAccounts:\n  %s", strings.Join(refused, "\n  "))
 			}
 		}
@@ -212,7 +212,7 @@ spec:
 	// Nothing either component asked for was refused, even where it did not block serving
 	// (events, status writes, the lease). The request counts show the audit log saw both
 	// identities, so an empty list means something.
-	requests, refused := audit(t)
+	requests, refused := audit(t, s.components)
 	t.Logf("requests by ServiceAccount: %v", requests)
 	for _, comp := range s.components {
 		assert.Positive(t, requests[comp.namespace+":"+comp.serviceAccount], "requests by %s/%s in the audit log", comp.namespace, comp.serviceAccount)
@@ -233,7 +233,7 @@ func conditionTrue(conds []metav1.Condition, typ string) bool {
 // ModelServing, the pods' scheduling conditions and the PodGroups.
 func (s *system) dump(t *testing.T, ns string) {
 	ctx := context.Background()
-	if _, refused := audit(t); len(refused) > 0 {
+	if _, refused := audit(t, s.components); len(refused) > 0 {
 		t.Logf("the apiserver refused these requests by Berth's ServiceAccounts (missing from manifests/):\n  %s",
 			strings.Join(refused, "\n  "))
 	} else {

@@ -254,6 +254,9 @@ spec:
 		counts[<-results]++
 	}
 	assert.Zero(t, counts["idle-0"], "weight 0 takes no traffic")
+	// Every request is answered, by a or b: a failed one counts against the split, not
+	// outside it (a router that failed a quarter of them evenly would keep the ratio).
+	assert.Equal(t, float64(n), counts["a-0"]+counts["b-0"], "requests answered by a-0 or b-0; all results: %v", counts)
 	exp := map[string]float64{"a-0": n * 0.25, "b-0": n * 0.75}
 	chi := 0.0
 	for k, e := range exp {
