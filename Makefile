@@ -114,27 +114,40 @@ verify-generated:
 vet:
 	$(GO) vet ./...
 
-test-unit:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
+## test-unit: every package outside test/ under the race detector (the code is concurrent
+## throughout: informers, scrapers, the scheduler's plugins, the router's picks). -race needs
+## cgo and a C compiler, which test-deps provides.
+UNIT_PACKAGES = $(shell $(GO) list ./... | grep -v /test/)
+test-unit: test-deps
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(UNIT_PACKAGES)
 
-test-integration:
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/integration/...
+## test-integration: test/integration and test/e2e (the sandbox), without -race: each
+## package starts an apiserver and etcd, which under the race detector run several times
+## slower and would take make test past 30 minutes (.ci/run adds a -race pass over some).
+test-integration: test-deps
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/...
 
-## test-deps: what the tests need beyond Go. The router's tests start a real redis-server;
-## when it is missing it is installed from Debian's redis-server package (as root, or with
-## passwordless sudo), or make stops naming the one command to run.
+## test-deps: what the tests need beyond Go. The router's tests start a real redis-server,
+## and the race detector (test-unit) needs a C compiler; when one is missing it is installed
+## from Debian's package (redis-server, gcc; as root, or with passwordless sudo), or make
+## stops naming the one command to run.
 test-deps:
-	@command -v redis-server >/dev/null && exit 0; \
-	echo "redis-server is not on the PATH; installing Debian's redis-server package"; \
-	sudo=; [ "$$(id -u)" -eq 0 ] || sudo="sudo -n"; \
-	install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server; }; \
-	if command -v apt-get >/dev/null && { install || { $$sudo apt-get update && install; }; } && command -v redis-server >/dev/null; then exit 0; fi; \
-	echo "make test needs redis-server: run 'sudo apt-get install redis-server' (or your system's package of it), then make test again" >&2; \
-	exit 1
+	@need() { \
+	  command -v "$$1" >/dev/null && return 0; \
+	  echo "$$1 is not on the PATH ($$3); installing Debian's $$2 package"; \
+	  sudo=; [ "$$(id -u)" -eq 0 ] || sudo="sudo -n"; \
+	  install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$$2"; }; \
+	  if command -v apt-get >/dev/null && { install || { $$sudo apt-get update && install; }; } && command -v "$$1" >/dev/null; then return 0; fi; \
+	  echo "make test needs $$1 ($$3): run 'sudo apt-get install $$2' (or your system's package of it), then make test again" >&2; \
+	  return 1; \
+	}; \
+	need redis-server redis-server "the router's tests start a real Redis" && \
+	need "$$($(GO) env CC)" gcc "go test -race needs cgo and a C compiler"
 
-## test: everything CI runs
-test: test-deps verify-generated vet
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+## test: everything CI runs: generated files current, go vet, then the unit packages under
+## -race and the integration and end-to-end packages (in that order; make runs a target's
+## prerequisites left to right).
+test: verify-generated vet test-unit test-integration
 
 clean:
 	rm -rf bin
