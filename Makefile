@@ -114,30 +114,48 @@ verify-generated:
 vet:
 	$(GO) vet ./...
 
-test-unit:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
+## test-unit: the packages outside test/. ./pkg/... and ./internal/... run under the race
+## detector (the code is concurrent throughout: informers, scrapers, the scheduler's plugins,
+## the router's picks); -race needs cgo and a C compiler, which test-deps provides. Without
+## it: internal/sandbox (it starts the whole sandbox, whose code is pkg/'s, and its control
+## plane did not start in time under -race on this machine), and the benchmark programs,
+## hack/ tools, cmd/ mains and docs checks (small runs and builds; their logic is pkg/'s).
+MODULE := $(shell $(GO) list -m)
+RACE_PACKAGES = $(shell $(GO) list ./pkg/... ./internal/... | grep -v '^$(MODULE)/internal/sandbox$$')
+PLAIN_UNIT_PACKAGES = $(shell $(GO) list ./... | grep -v '^$(MODULE)/test/' | grep -v -E '^$(MODULE)/(pkg|internal)/') $(MODULE)/internal/sandbox
+test-unit: test-deps
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PACKAGES)
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PLAIN_UNIT_PACKAGES)
 
-test-integration:
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/integration/...
+## test-integration: test/integration and test/e2e (the sandbox), without -race: each
+## package starts an apiserver and etcd, which under the race detector run several times
+## slower and would take make test past 30 minutes (.ci/run adds a -race pass over some).
+test-integration: test-deps
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/...
 
-## test-deps: what the tests need beyond Go. The router's tests start a real redis-server;
-## routerbench's smoke test runs nginx (/usr/sbin/nginx) as the router's peer. Whatever is
-## missing is installed from Debian's redis-server and nginx-light packages (as root, or with
-## passwordless sudo), or make stops naming the one command to run.
+## test-deps: what the tests need beyond Go. The router's tests start a real redis-server,
+## routerbench's smoke test runs nginx (/usr/sbin/nginx) as the router's peer, and the race
+## detector (test-unit) needs a C compiler; when one is missing it is installed from
+## Debian's package (redis-server, nginx-light, gcc; as root, or with passwordless sudo), or
+## make stops naming the one command to run.
 test-deps:
-	@missing=; command -v redis-server >/dev/null || missing="$$missing redis-server"; \
-	[ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
-	[ -z "$$missing" ] && exit 0; \
-	echo "installing Debian's$$missing for the tests"; \
-	sudo=; [ "$$(id -u)" -eq 0 ] || sudo="sudo -n"; \
-	install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }; \
-	if command -v apt-get >/dev/null && { install || { $$sudo apt-get update && install; }; } && command -v redis-server >/dev/null && [ -x /usr/sbin/nginx ]; then exit 0; fi; \
-	echo "make test needs redis-server and nginx: run 'sudo apt-get install redis-server nginx-light' (or your system's packages of them), then make test again" >&2; \
-	exit 1
+	@need() { \
+	  command -v "$$1" >/dev/null && return 0; \
+	  echo "$$1 is not on the PATH ($$3); installing Debian's $$2 package"; \
+	  sudo=; [ "$$(id -u)" -eq 0 ] || sudo="sudo -n"; \
+	  install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$$2"; }; \
+	  if command -v apt-get >/dev/null && { install || { $$sudo apt-get update && install; }; } && command -v "$$1" >/dev/null; then return 0; fi; \
+	  echo "make test needs $$1 ($$3): run 'sudo apt-get install $$2' (or your system's package of it), then make test again" >&2; \
+	  return 1; \
+	}; \
+	need redis-server redis-server "the router's tests start a real Redis" && \
+	need /usr/sbin/nginx nginx-light "routerbench's smoke test runs nginx as the router's peer" && \
+	need "$$($(GO) env CC)" gcc "go test -race needs cgo and a C compiler"
 
-## test: everything CI runs
-test: test-deps verify-generated vet
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+## test: everything CI runs: generated files current, go vet, then the unit packages under
+## -race and the integration and end-to-end packages (in that order; make runs a target's
+## prerequisites left to right).
+test: verify-generated vet test-unit test-integration
 
 clean:
 	rm -rf bin

@@ -42,7 +42,10 @@ func TestEPPSmall(t *testing.T) {
 		if o.n != 200 || o.errs != 0 {
 			t.Errorf("%s: %d requests, %d errors (first: %v); want 200 picked and served", name, o.n, o.errs, o.firstErr)
 		}
-		if o.completed < 100 {
+		switch {
+		case raceDetector: // make test runs this package under -race: a rate is not measured there
+			t.Logf("%s: %.0f requests/s completed at 200 offered, under the race detector (not checked)", name, o.completed)
+		case o.completed < 100:
 			t.Errorf("%s: %.0f requests/s completed at 200 offered", name, o.completed)
 		}
 		if o.p50 <= 0 || o.p99 < o.p50 || o.max < o.p99 {

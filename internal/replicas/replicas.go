@@ -24,13 +24,16 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/berth-sh/berth/internal/controlplane"
@@ -145,12 +148,17 @@ const (
 type Replica struct {
 	Name    string
 	Addr    string // a router's API address
+	role    string
+	kube    kubernetes.Interface
 	cmd     *exec.Cmd
 	leading chan struct{} // closed when the log says it acquired the lease, or a router serves
 	ledAt   atomic.Pointer[time.Time]
 	exited  chan struct{}
 	killed  atomic.Bool // by the test: its exit is expected
 	logPath string
+	// leaseAtKill is the role's Lease read just before Kill (a leader's holder and last
+	// renewal), for RequireTakeover.
+	leaseAtKill *coordinationv1.Lease
 }
 
 // Start starts the test binary as a replica of role named name against cp (a router listens
@@ -193,7 +201,8 @@ func StartWith(t *testing.T, cp *controlplane.ControlPlane, role, name, addr str
 	}
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	r := &Replica{Name: name, Addr: addr, leading: make(chan struct{}), exited: make(chan struct{}), logPath: filepath.Join(dir, "log")}
+	r := &Replica{Name: name, Addr: addr, role: role, kube: kubernetes.NewForConfigOrDie(cp.RESTConfig()),
+		leading: make(chan struct{}), exited: make(chan struct{}), logPath: filepath.Join(dir, "log")}
 	logFile, err := os.Create(r.logPath)
 	require.NoError(t, err)
 	r.cmd = exec.Command(exe, "-test.run=^$")
@@ -254,8 +263,12 @@ func (r *Replica) scan(stderr io.Reader, log io.Writer) {
 // Leading is closed once the replica leads (a router: once it serves).
 func (r *Replica) Leading() <-chan struct{} { return r.leading }
 
-// Kill stops the replica as a crash would (SIGKILL) and waits until it is gone.
+// Kill stops the replica as a crash would (SIGKILL) and waits until it is gone. A scheduler
+// or controller replica's Lease is read first, for RequireTakeover.
 func (r *Replica) Kill() time.Time {
+	if name := leaseName(r.role); name != "" {
+		r.leaseAtKill, _ = r.kube.CoordinationV1().Leases(LeaseNamespace).Get(context.Background(), name, metav1.GetOptions{})
+	}
 	r.killed.Store(true)
 	_ = r.cmd.Process.Kill()
 	<-r.exited
@@ -299,19 +312,56 @@ func Leader(t *testing.T, replicas ...*Replica) *Replica {
 	}
 }
 
-// RequireTakeover waits until standby leads and checks it did so within the lease duration
-// of the kill, plus what client-go adds: the standby retries every RetryPeriod (with up to
-// 20% jitter), and a second for the apiserver round trips on a loaded machine.
-func RequireTakeover(t *testing.T, standby *Replica, killed time.Time) time.Duration {
+// leaseName is the Lease role's replicas elect their leader through ("" for routers).
+func leaseName(role string) string {
+	switch role {
+	case Scheduler:
+		return workloadv1alpha1.BerthSchedulerName
+	case Controller:
+		return controller.LeaseName
+	}
+	return ""
+}
+
+// RequireTakeover waits until the Lease the killed leader held names another holder (the
+// standby: no other replica runs) and checks the takeover from the Lease's own times, which
+// the replicas write as they act (no log line read late on a loaded machine decides it):
+//   - not before the lease expired: the new holder acquired it at least LeaseDuration after
+//     the killed leader's last renewal (earlier, two leaders would act at once);
+//   - soon after: within LeaseDuration of that renewal plus two of the standby's retries
+//     (RetryPeriod with client-go's 20% jitter: one to see the last renewal, one to find the
+//     lease expired) and a second for apiserver round trips.
+//
+// It returns how long after the last renewal the standby took over.
+func RequireTakeover(t *testing.T, killed, standby *Replica) time.Duration {
 	t.Helper()
+	before := killed.leaseAtKill
+	require.NotNil(t, before, "%s was not killed with Kill, or its Lease could not be read then", killed.Name)
+	holder := ptr.Deref(before.Spec.HolderIdentity, "")
+	require.NotEmpty(t, holder, "%s was killed while its Lease named no holder: it did not lead", killed.Name)
+	require.NotNil(t, before.Spec.RenewTime)
+	var after *coordinationv1.Lease
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, LeaseDuration+time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := standby.kube.CoordinationV1().Leases(LeaseNamespace).Get(ctx, before.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		after = l
+		h := ptr.Deref(l.Spec.HolderIdentity, "")
+		return h != "" && h != holder, nil
+	})
+	require.NoError(t, err, "%s did not take over Lease %s from %s within %s of the kill", standby.Name, before.Name, killed.Name, LeaseDuration+time.Minute)
+	require.NotNil(t, after.Spec.AcquireTime)
+	took := after.Spec.AcquireTime.Sub(before.Spec.RenewTime.Time)
+	t.Logf("%s took over Lease %s %s after %s's last renewal (lease %s, retry %s)", standby.Name, before.Name, took.Round(time.Millisecond),
+		killed.Name, LeaseDuration, RetryPeriod)
+	require.GreaterOrEqual(t, took, LeaseDuration, "the standby took the Lease before it expired")
+	require.LessOrEqual(t, took, LeaseDuration+2*RetryPeriod*12/10+time.Second, "the standby takes over once the lease expires")
 	select {
 	case <-standby.leading:
-	case <-time.After(LeaseDuration + time.Minute):
-		t.Fatalf("%s did not take over within %s of the leader's kill", standby.Name, LeaseDuration+time.Minute)
+	case <-time.After(time.Minute):
+		t.Fatalf("%s holds the Lease but did not log that it leads", standby.Name)
 	}
-	took := standby.ledAt.Load().Sub(killed)
-	t.Logf("%s took over %s after the leader was killed (lease %s, retry %s)", standby.Name, took.Round(time.Millisecond), LeaseDuration, RetryPeriod)
-	require.LessOrEqual(t, took, LeaseDuration+2*RetryPeriod+time.Second, "the standby takes over within the lease duration")
 	return took
 }
 

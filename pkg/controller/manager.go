@@ -107,6 +107,10 @@ func Scheme() *runtime.Scheme {
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=berth-system,roleName=berth-controller-leader-election,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="";events.k8s.io,namespace=berth-system,roleName=berth-controller-leader-election,resources=events,verbs=create;patch
 
+// LeaseName is the Lease (in Options.LeaderElectionNS) berth-controller replicas elect their
+// leader through.
+const LeaseName = "berth-controller"
+
 // NewManager builds the manager with every reconciler registered. It first checks that the
 // apiserver serves every API they need (requiredAPIs) and returns an *apicheck.MissingError
 // naming those it does not: a missing CRD would otherwise surface two minutes after Start, as
@@ -132,7 +136,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Metrics:                 metrics,
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        "berth-controller",
+		LeaderElectionID:        LeaseName,
 		LeaderElectionNamespace: o.LeaderElectionNS,
 		// Release the lease on shutdown so a restarted controller takes over at once.
 		LeaderElectionReleaseOnCancel: true,

@@ -174,6 +174,7 @@ type Router struct {
 
 	stopping atomic.Bool
 	ready    chan struct{}
+	draining chan struct{}
 	addr     atomic.Pointer[string]
 	admin    atomic.Pointer[string]
 	eppAddr  atomic.Pointer[string]
@@ -226,11 +227,12 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	scrapeClient := &http.Client{Transport: p.Client().Transport, Timeout: max(o.ScrapeInterval, 500*time.Millisecond)}
 	r := &Router{
 		cfg: cfg, opts: o, log: log, view: v, picker: picker, proxy: p,
-		scraper: scrape.New(o.ScrapeInterval, scrapeClient),
-		local:   ratelimit.NewLocal(time.Now),
-		redis:   ratelimit.NewClients(),
-		metrics: newMetrics(),
-		ready:   make(chan struct{}),
+		scraper:  scrape.New(o.ScrapeInterval, scrapeClient),
+		local:    ratelimit.NewLocal(time.Now),
+		redis:    ratelimit.NewClients(),
+		metrics:  newMetrics(),
+		ready:    make(chan struct{}),
+		draining: make(chan struct{}),
 	}
 	r.scraper.OwnLoad = picker.InFlight
 	if !o.DisableGateway {
@@ -292,6 +294,14 @@ func (r *Router) MetricsRegistry() *prometheus.Registry { return r.metrics.regis
 
 // Ready is closed when the router has its first full picture of the cluster and listens.
 func (r *Router) Ready() <-chan struct{} { return r.ready }
+
+// Draining is closed when, told to stop, the router ends its shutdown delay and stops
+// taking new connections (then it waits for what is in flight).
+func (r *Router) Draining() <-chan struct{} { return r.draining }
+
+// Scraped is what the router last scraped of the endpoint at addr (its Stats.Scrapes
+// counts the scrapes, so a caller can wait for one newer than a change it made).
+func (r *Router) Scraped(addr string) (scrape.Stats, bool) { return r.scraper.Stats(addr) }
 
 // Handler is the API handler (also serving /v1/models, /healthz and /readyz).
 func (r *Router) Handler() http.Handler {
@@ -435,6 +445,7 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 	}
 	r.log.Info("draining in-flight requests", "timeout", r.opts.ShutdownTimeout)
+	close(r.draining)
 	sctx, cancel := context.WithTimeout(context.Background(), r.opts.ShutdownTimeout)
 	defer cancel()
 	if picker != nil {

@@ -94,6 +94,9 @@ var (
 	image     string
 	// onSandbox: the cluster is a Berth sandbox (see checkInstalled).
 	onSandbox bool
+	// startedSandbox: TestMain started the sandbox for this run (as in make test), so the
+	// cluster is known and nothing may skip: a test that cannot run there fails.
+	startedSandbox bool
 )
 
 // scheme is berth-controller's scheme plus Volcano's HyperNode.
@@ -203,10 +206,14 @@ func checkInstalled(ctx context.Context, t *testing.T) error {
 				"Volcano's CRDs (kubectl apply --server-side -f manifests/crds/volcano/), see docs/kind.md", gv, resource)
 		}
 	}
-	if marker, err := kube.CoreV1().ConfigMaps(berthNamespace).Get(ctx, sandbox.MarkerConfigMap, metav1.GetOptions{}); err == nil {
+	marker, err := kube.CoreV1().ConfigMaps(berthNamespace).Get(ctx, sandbox.MarkerConfigMap, metav1.GetOptions{})
+	if err == nil {
 		t.Logf("a Berth sandbox: %s", marker.Data["components"])
 		onSandbox = true
 		return nil
+	}
+	if startedSandbox {
+		return fmt.Errorf("the sandbox this suite started has no ConfigMap %s/%s: %w", berthNamespace, sandbox.MarkerConfigMap, err)
 	}
 	for _, name := range []string{"berth-scheduler", "berth-controller"} {
 		var last string
@@ -390,7 +397,9 @@ func schedulableWorker(n *corev1.Node) bool {
 
 // workers returns n schedulable workers without a real GPU, sorted by name, and skips the
 // test when the cluster has fewer. The suite also skips on a cluster with real GPUs: its
-// capacity arithmetic assumes the fake GPUs are the only ones.
+// capacity arithmetic assumes the fake GPUs are the only ones. On the sandbox (always when
+// the suite started it, as in make test) both fail instead: there a skip would hide a broken
+// sandbox behind a passing run.
 func (e *env) workers(n int) []string {
 	e.t.Helper()
 	nodes, err := kube.CoreV1().Nodes().List(e.ctx, metav1.ListOptions{})
@@ -401,7 +410,7 @@ func (e *env) workers(n int) []string {
 		if q, ok := node.Status.Capacity[gpu]; ok && !q.IsZero() && !faked {
 			// Only on a real cluster the user pointed the suite at: the sandbox's workers
 			// (make test) have no GPUs until the suite fakes them, so this never skips in CI.
-			if onSandbox {
+			if onSandbox || startedSandbox {
 				e.t.Fatalf("sandbox node %s reports a %s capacity the suite did not fake", node.Name, gpu)
 			}
 			e.t.Skipf("node %s reports a real %s capacity; this suite fakes GPUs and expects a cluster without them: make test runs it on the sandbox, docs/kind.md on kind", node.Name, gpu)
@@ -413,7 +422,7 @@ func (e *env) workers(n int) []string {
 	sort.Strings(out)
 	if len(out) < n {
 		// The sandbox (make test) starts sandboxWorkers plain workers, enough for every test.
-		if onSandbox {
+		if onSandbox || startedSandbox {
 			e.t.Fatalf("the sandbox has %d schedulable workers, the test needs %d", len(out), n)
 		}
 		e.t.Skipf("needs %d schedulable worker nodes, the cluster has %d (make test runs it on the sandbox with 4, docs/kind.md creates 4)", n, len(out))

@@ -63,6 +63,7 @@ func runOnSandbox(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: running against the sandbox (%d plain workers), kubeconfig %s\n", sandboxWorkers, kubeconfig)
 		os.Setenv("KUBECONFIG", kubeconfig)
 		os.Setenv(enableEnv, "1")
+		startedSandbox = true
 	case err := <-done:
 		fmt.Fprintln(os.Stderr, "e2e: the sandbox did not start:", err)
 		return 1

@@ -8,6 +8,7 @@ package credentials
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -24,6 +25,10 @@ import (
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 )
+
+// ErrNotLoaded is wrapped by the error of a lookup made before the Secret's watch finished
+// its first list: the answer is not known yet (unlike "not found", which is).
+var ErrNotLoaded = errors.New("not loaded yet")
 
 // Store watches the referenced Secrets. Create with New; Sync sets what to watch.
 type Store struct {
@@ -65,7 +70,7 @@ func (s *Store) Data(ref types.NamespacedName) (map[string][]byte, error) {
 	case w == nil:
 		return nil, fmt.Errorf("Secret %s is not watched", ref)
 	case !w.informer.HasSynced():
-		return nil, fmt.Errorf("Secret %s is not loaded yet", ref)
+		return nil, fmt.Errorf("Secret %s is %w", ref, ErrNotLoaded)
 	}
 	obj, ok, _ := w.informer.GetStore().GetByKey(ref.Namespace + "/" + ref.Name)
 	if !ok {
@@ -162,7 +167,7 @@ func (s *Store) Get(ref types.NamespacedName, key string) Lookup {
 		return Lookup{Err: fmt.Errorf("Secret %s is not watched", ref)}
 	}
 	if !w.informer.HasSynced() {
-		return Lookup{Err: fmt.Errorf("Secret %s is not loaded yet", ref)}
+		return Lookup{Err: fmt.Errorf("Secret %s is %w", ref, ErrNotLoaded)}
 	}
 	obj, ok, _ := w.informer.GetStore().GetByKey(ref.Namespace + "/" + ref.Name)
 	if !ok {

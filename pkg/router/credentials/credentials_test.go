@@ -2,6 +2,7 @@ package credentials
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,11 +49,13 @@ func TestGet(t *testing.T) {
 	assert.ErrorContains(t, s.Get(ref("good"), "empty").Err, `key "empty" is empty`)
 	assert.ErrorContains(t, s.Get(ref("good"), "split").Err, "characters an HTTP header cannot carry")
 	assert.NotContains(t, s.Get(ref("good"), "split").Err.Error(), "Evil")
-	require.Eventually(t, func() bool {
-		return s.Get(ref("missing"), "apiKey").Err != nil && s.Get(ref("unlabelled"), "apiKey").Value == ""
-	},
-		10*time.Second, 10*time.Millisecond)
-	assert.ErrorContains(t, s.Get(ref("unlabelled"), "apiKey").Err, "not found, or not labelled "+networkingv1alpha1.ExternalModelProviderCredentialLabel+"=true")
+	// Each Secret has its own watch: wait until both have listed (an answer before that is
+	// "not loaded yet", which says nothing about the Secret).
+	loaded := func(name string) bool { return !errors.Is(s.Get(ref(name), "apiKey").Err, ErrNotLoaded) }
+	require.Eventually(t, func() bool { return loaded("missing") && loaded("unlabelled") }, 30*time.Second, 10*time.Millisecond)
+	notFound := "not found, or not labelled " + networkingv1alpha1.ExternalModelProviderCredentialLabel + "=true"
+	assert.ErrorContains(t, s.Get(ref("missing"), "apiKey").Err, notFound)
+	assert.ErrorContains(t, s.Get(ref("unlabelled"), "apiKey").Err, notFound, "an unlabelled Secret is never read")
 	assert.Positive(t, changes.Load(), "the view is told of what arrives")
 
 	_, err := kube.CoreV1().Secrets("ns").Update(context.Background(), secret("good", true, map[string]string{"apiKey": "sk-rotated"}), metav1.UpdateOptions{})

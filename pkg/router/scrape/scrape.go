@@ -108,6 +108,10 @@ type Stats struct {
 	// last scrape answered (see Scraper.OwnLoad): Running+Waiting minus it estimates the
 	// load other router replicas put there.
 	OwnAtScrape float64
+	// Scrapes counts the scrapes of the endpoint that ended, in success or error: one that
+	// is two more than at some moment began after it, so what it saw is newer than that
+	// moment (what a caller waits on instead of a clock).
+	Scrapes uint64
 }
 
 // Scraper polls every endpoint it is given.
@@ -126,6 +130,8 @@ type target struct {
 	url    string
 	cancel context.CancelFunc
 	stats  Stats
+	// done is closed when the target's loop has returned: no scrape of it is under way.
+	done chan struct{}
 }
 
 // New returns a scraper polling every interval with client (which should have a timeout
@@ -150,7 +156,7 @@ func (s *Scraper) Sync(ctx context.Context, endpoints map[string]string) {
 			continue
 		}
 		tctx, cancel := context.WithCancel(ctx)
-		t := &target{url: url, cancel: cancel, stats: Stats{TTFT: math.NaN()}}
+		t := &target{url: url, cancel: cancel, stats: Stats{TTFT: math.NaN()}, done: make(chan struct{})}
 		s.targets[addr] = t
 		go s.loop(tctx, addr, t)
 	}
@@ -168,6 +174,7 @@ func (s *Scraper) Stats(addr string) (Stats, bool) {
 }
 
 func (s *Scraper) loop(ctx context.Context, addr string, t *target) {
+	defer close(t.done)
 	tick := time.NewTicker(s.interval)
 	defer tick.Stop()
 	for {
@@ -186,6 +193,7 @@ func (s *Scraper) loop(ctx context.Context, addr string, t *target) {
 		s.mu.Lock()
 		st := t.stats
 		st.Err = err
+		st.Scrapes++
 		if err == nil {
 			if m.TTFTCount > st.TTFTCount {
 				st.TTFT = (m.TTFTSum - st.TTFTSum) / float64(m.TTFTCount-st.TTFTCount)

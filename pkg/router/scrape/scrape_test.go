@@ -252,7 +252,7 @@ func waitStats(t *testing.T, s *Scraper, addr string, what string, cond func(Sta
 		st, ok := s.Stats(addr)
 		last = st
 		return ok && cond(st)
-	}, 5*time.Second, time.Millisecond, "waiting for %s of %s", what, addr)
+	}, 30*time.Second, time.Millisecond, "waiting for %s of %s", what, addr)
 	return last
 }
 
@@ -279,6 +279,7 @@ func TestScraperScrapesNewEndpointsAtOnce(t *testing.T) {
 	st := waitStats(t, s, "e1", "a scrape", func(st Stats) bool { return !st.Updated.IsZero() })
 	assert.NoError(t, st.Err)
 	assert.False(t, st.Updated.Before(before))
+	assert.EqualValues(t, 1, st.Scrapes, "one scrape, at once")
 	assert.True(t, math.IsNaN(st.TTFT), "no request has finished yet")
 	assert.Empty(t, st.Adapters)
 }
@@ -308,15 +309,21 @@ func TestScraperSyncStopsAndForgetsRemovedEndpoints(t *testing.T) {
 	waitStats(t, s, "e2", "a scrape", func(st Stats) bool { return !st.Updated.IsZero() })
 	require.Eventually(t, func() bool { return n1.Load() >= 3 }, 5*time.Second, time.Millisecond, "scraped at the interval")
 
+	s.mu.RLock()
+	removed := s.targets["e1"]
+	s.mu.RUnlock()
 	s.Sync(ctx, map[string]string{"e2": base2})
 	_, ok := s.Stats("e1")
 	assert.False(t, ok, "a removed endpoint is forgotten")
-	time.Sleep(20 * time.Millisecond) // a scrape already under way may finish
+	select { // a scrape already under way may finish; then its loop ends
+	case <-removed.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the removed endpoint's scrape loop did not end")
+	}
 	stopped := n1.Load()
-	seen2 := n2.Load()
-	time.Sleep(50 * time.Millisecond)
-	assert.Equal(t, stopped, n1.Load(), "a removed endpoint is no longer scraped")
-	assert.Greater(t, n2.Load(), seen2, "the remaining endpoint still is")
+	seen2 := waitStats(t, s, "e2", "a scrape", func(Stats) bool { return true }).Scrapes
+	waitStats(t, s, "e2", "three more scrapes", func(st Stats) bool { return st.Scrapes >= seen2+3 })
+	assert.Equal(t, stopped, n1.Load(), "a removed endpoint is no longer scraped (while the remaining one was, three times)")
 	_, ok = s.Stats("e1")
 	assert.False(t, ok, "a scrape under way when it was removed does not bring it back")
 

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -157,12 +158,18 @@ func gpusOf(p *corev1.Pod) int64 {
 	return n
 }
 
-// gang is one Volcano PodGroup of pods pods each asking for gpus GPUs in pool.
+// gang is one Volcano PodGroup of pods pods each asking for gpus GPUs in pool; with
+// gateLast its last pod is created with a scheduling gate (see ungate).
 type gang struct {
 	name       string
 	pool       string
 	pods, gpus int
+	gateLast   bool
 }
+
+// holdGate is the scheduling gate that keeps a gang's last pod out of the scheduler, so the
+// leader holds its siblings in Permit.
+const holdGate = "berth.test/hold"
 
 // createGang creates g's PodGroup and its pods from..to-1 (the PodGroup with pod 0).
 func createGang(t *testing.T, kube kubernetes.Interface, vc volcanoclient.Interface, ns string, g gang, from, to int) {
@@ -182,6 +189,9 @@ func createGang(t *testing.T, kube kubernetes.Interface, vc volcanoclient.Interf
 			Spec: corev1.PodSpec{SchedulerName: workloadv1alpha1.BerthSchedulerName, NodeSelector: map[string]string{poolLabel: g.pool},
 				Containers: []corev1.Container{{Name: "engine", Image: "vllm/vllm-openai:v0.11.0",
 					Resources: corev1.ResourceRequirements{Requests: req, Limits: corev1.ResourceList{gpu: req[gpu]}}}}},
+		}
+		if g.gateLast && i == g.pods-1 {
+			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: holdGate}}
 		}
 		_, err := kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -206,11 +216,14 @@ func fits(g gang, free map[string]int64, nodes []string) bool {
 }
 
 // TestSchedulerLeaderKilledMidGang runs two berth-scheduler replicas and a seeded stream of
-// gangs (random sizes, two node pools, more demand than capacity); right after one gang's
-// pods are created the leader is killed. The standby must take over within the lease
-// duration; no node may ever hold more than it has (a watch over the whole run); once
-// settled every gang is bound whole or not at all, and no waiting gang fits what is free,
-// also after bound gangs leave.
+// gangs (random sizes, two node pools, more demand than capacity); the leader is killed while
+// it holds one gang mid-way: that gang (in a pool of its own, so it fits) has its last pod
+// gated, and the kill comes once the leader holds every other pod of it in Permit (each
+// nominated to a node, none bound: kube-scheduler nominates the pods it holds), and the gate
+// is lifted while no replica leads. The standby must take over once the lease expires; no
+// node may ever hold more than it has (a watch over the whole run); once settled every gang,
+// the held one included, is bound whole or not at all, and no waiting gang fits what is
+// free, also after bound gangs leave.
 func TestSchedulerLeaderKilledMidGang(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d (a failure replays with the same seed by setting it here)", seed)
@@ -222,7 +235,7 @@ func TestSchedulerLeaderKilledMidGang(t *testing.T) {
 	// after the namespace is removed (cleanups run last-registered first).
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	pools := newNamespace(t, kube, ns, map[string]int{"a": 4, "b": 3})
+	pools := newNamespace(t, kube, ns, map[string]int{"a": 4, "b": 3, "held": 2})
 	go sim.NewKubelet(kube, 50*time.Millisecond).Run(ctx)
 	watch := watchPods(t, kube, ns, nil)
 
@@ -231,35 +244,29 @@ func TestSchedulerLeaderKilledMidGang(t *testing.T) {
 	var gangs []gang
 	const total = 14
 	killAfter := 3 + rng.IntN(6)
-	var killedAt time.Time
 	for i := range total {
 		pool := []string{"a", "b"}[rng.IntN(2)]
-		g := gang{name: fmt.Sprintf("g%02d", i), pool: pool, pods: 2 + rng.IntN(4), gpus: []int{2, 4, 8}[rng.IntN(3)]}
+		if i == killAfter {
+			pool = "held"
+		}
+		g := gang{name: fmt.Sprintf("g%02d", i), pool: pool, pods: 2 + rng.IntN(4), gpus: []int{2, 4, 8}[rng.IntN(3)], gateLast: i == killAfter}
 		if g.pods*g.gpus > len(pools[pool])*gpusNode {
 			g.pods = len(pools[pool]) * gpusNode / g.gpus // every gang fits its empty pool
 		}
 		gangs = append(gangs, g)
-		if i != killAfter {
-			createGang(t, kube, vc, ns, g, 0, g.pods)
-		} else {
-			// Mid-gang: all but the last pod exist (the leader holds what it could place in
-			// Permit, waiting for the last sibling) when the leader dies; the last arrives
-			// while no replica leads.
-			createGang(t, kube, vc, ns, g, 0, g.pods-1)
-			time.Sleep(500 * time.Millisecond)
-			killedAt = lead.Kill()
-			bound := 0
+		createGang(t, kube, vc, ns, g, 0, g.pods)
+		if i == killAfter {
+			held := waitHeld(t, watch, g)
+			lead.Kill()
+			t.Logf("killed %s while it held %d of %s's %d pods in Permit (%v)", lead.Name, g.pods-1, g.name, g.pods, held)
 			for _, p := range watch.snapshot() {
-				if p.Labels[gangLabel] == g.name && p.Spec.NodeName != "" {
-					bound++
-				}
+				require.False(t, p.Labels[gangLabel] == g.name && p.Spec.NodeName != "", "%s of the held gang was bound without its gated sibling", p.Name)
 			}
-			t.Logf("killed %s with %d of %s's %d pods created (%d bound at the kill)", lead.Name, g.pods-1, g.name, g.pods, bound)
-			createGang(t, kube, vc, ns, g, g.pods-1, g.pods)
+			ungate(t, kube, ns, fmt.Sprintf("%s-%d", g.name, g.pods-1)) // while no replica leads
 		}
 		time.Sleep(time.Duration(50+rng.IntN(250)) * time.Millisecond)
 	}
-	replicas.RequireTakeover(t, standby, killedAt)
+	replicas.RequireTakeover(t, lead, standby)
 
 	// settled: every gang whole or unbound, and none of the unbound fits what is free.
 	settled := func() (bool, string) {
@@ -324,6 +331,51 @@ func TestSchedulerLeaderKilledMidGang(t *testing.T) {
 	for _, r := range both {
 		assert.False(t, r.DiedOnItsOwn(), "%s exited without being killed (lost its lease?)", r.Name)
 	}
+}
+
+// waitHeld waits until the leader holds every pod of g but its gated last one in Permit:
+// each unbound and nominated to a node (kube-scheduler writes the nomination of a pod it
+// holds in Permit, NominatedNodeNameForExpectation, on by default since 1.35), and returns
+// pod to node.
+func waitHeld(t *testing.T, watch *podWatch, g gang) map[string]string {
+	t.Helper()
+	var held map[string]string
+	var why string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		held, why = map[string]string{}, ""
+		for _, p := range watch.snapshot() {
+			if p.Labels[gangLabel] != g.name || len(p.Spec.SchedulingGates) > 0 {
+				continue
+			}
+			switch {
+			case p.Spec.NodeName != "":
+				why = fmt.Sprintf("%s is bound to %s", p.Name, p.Spec.NodeName)
+			case p.Status.NominatedNodeName != "":
+				held[p.Name] = p.Status.NominatedNodeName
+			}
+		}
+		if why != "" {
+			return false, fmt.Errorf("bound while a sibling was gated: %s", why)
+		}
+		return len(held) == g.pods-1, nil
+	})
+	require.NoError(t, err, "the leader holds %d of %s's %d ungated pods in Permit %v", len(held), g.name, g.pods-1, held)
+	return held
+}
+
+// ungate lifts the scheduling gate of pod.
+func ungate(t *testing.T, kube kubernetes.Interface, ns, pod string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := kube.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Spec.SchedulingGates = nil
+		_, err = kube.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{})
+		return err
+	})
+	require.NoError(t, err)
 }
 
 const servingManifest = `
@@ -427,10 +479,10 @@ func TestControllerLeaderKilledMidRollout(t *testing.T) {
 		st := get().Status
 		return st.UpdateRevision != st.CurrentRevision && st.UpdatedReplicas >= updated
 	})
-	killedAt := lead.Kill()
+	lead.Kill()
 	require.Less(t, get().Status.UpdatedReplicas, int32(3), "the rollout finished before the leader was killed; the test proves nothing")
 	t.Logf("killed %s with %d of 3 groups updated", lead.Name, get().Status.UpdatedReplicas)
-	replicas.RequireTakeover(t, standby, killedAt)
+	replicas.RequireTakeover(t, lead, standby)
 
 	eventually(t, "the rollout converges", func() bool {
 		m := get()

@@ -95,11 +95,9 @@ func (p *picker) exchange(t *testing.T, ctx context.Context) *epptest.Exchange {
 // waitPicker waits until the picker sees n endpoints of the ModelServer, scraped.
 func (w *world) waitPicker(p *picker, server string, n int) {
 	w.t.Helper()
-	w.eventually(fmt.Sprintf("the picker sees %d endpoints of ModelServer %s", n, server), 60*time.Second, func() bool {
-		s := p.r.View().Snapshot().Server(w.ns, server)
-		return s != nil && len(s.Endpoints) == n
+	w.eventually(fmt.Sprintf("the picker sees %d endpoints of ModelServer %s, each scraped", n, server), 60*time.Second, func() bool {
+		return scrapedServer(p.r, w.ns, server, n)
 	})
-	time.Sleep(300 * time.Millisecond)
 }
 
 // podAt is the pod behind an endpoint address, as the picker's view knows it.

@@ -30,6 +30,7 @@ import (
 	"github.com/berth-sh/berth/internal/redistest"
 	"github.com/berth-sh/berth/internal/systemtest"
 	"github.com/berth-sh/berth/pkg/router"
+	"github.com/berth-sh/berth/pkg/router/view"
 	"github.com/berth-sh/berth/pkg/sim"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
@@ -157,16 +158,31 @@ func (w *world) pod(name string, labels map[string]string) {
 // prefill and decode ones of a PD server counted together) and every one has been scraped.
 func (w *world) waitEndpoints(server string, n int) {
 	w.t.Helper()
-	w.eventually(fmt.Sprintf("both routers see %d endpoints of ModelServer %s", n, server), 60*time.Second, func() bool {
+	w.eventually(fmt.Sprintf("both routers see %d endpoints of ModelServer %s, each scraped", n, server), 60*time.Second, func() bool {
 		for _, r := range routers {
-			s := r.View().Snapshot().Server(w.ns, server)
-			if s == nil || len(s.Endpoints)+len(s.Prefill)+len(s.Decode) != n {
+			if !scrapedServer(r, w.ns, server, n) {
 				return false
 			}
 		}
 		return true
 	})
-	time.Sleep(300 * time.Millisecond) // three scrape intervals: metrics and adapters are known
+}
+
+// scrapedServer says whether r sees n endpoints of the ModelServer and has scraped every one
+// with success (so its metrics and adapters are known).
+func scrapedServer(r *router.Router, ns, server string, n int) bool {
+	s := r.View().Snapshot().Server(ns, server)
+	if s == nil || len(s.Endpoints)+len(s.Prefill)+len(s.Decode) != n {
+		return false
+	}
+	for _, eps := range [][]*view.Endpoint{s.Endpoints, s.Prefill, s.Decode} {
+		for _, e := range eps {
+			if st, ok := r.Scraped(e.Address); !ok || st.Updated.IsZero() || st.Err != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (w *world) eventually(what string, timeout time.Duration, cond func() bool) {

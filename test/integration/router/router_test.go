@@ -290,7 +290,14 @@ spec:
 `)
 	w.waitEndpoints("pool", 3)
 	loadAdapter(t, w.engine("pool-1").Addr(), "support-lora")
-	time.Sleep(300 * time.Millisecond) // scraped
+	w.eventually("both routers scraped the adapter on pool-1", 30*time.Second, func() bool {
+		for _, r := range routers {
+			if st, _ := r.Scraped(w.engine("pool-1").Addr()); !st.Adapters["support-lora"] {
+				return false
+			}
+		}
+		return true
+	})
 	for i := range 20 {
 		_, resp, err := chat(w.ctx, client_(i%2), "support-lora", fmt.Sprintf("ticket %d", i))
 		require.NoError(t, err)
