@@ -4,7 +4,7 @@ package main
 // GPUs of a tainted GPU pool, arriving over a few seconds. It measures what a gang
 // scheduler does when not everything fits: how much of the pool it fills, how many gangs
 // get their minimum, whether any group is left partly bound, and whether groups that would
-// fit are left waiting. See CONTENTION.md.
+// fit are left waiting. See bench/README.md, "GPU contention".
 
 import (
 	"context"

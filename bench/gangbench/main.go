@@ -21,7 +21,7 @@
 //
 // -workloads contention (or -contention) adds a second workload, GPU contention: a stream
 // of random multi-role gangs asking for about twice a GPU pool, with berth's Volcano
-// PodGroups against native gangs (contention.go, CONTENTION.md).
+// PodGroups against native gangs (contention.go; bench/README.md, "GPU contention").
 package main
 
 import (
@@ -131,7 +131,7 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the first berth run of each workload to this file (the last workload's wins)")
 	figures := flag.String("figures", "", "write the figures (SVG) and the raw numbers (CSV) into this directory")
 	var c contentionOptions
-	contention := flag.Bool("contention", false, "also run the GPU contention workload (see CONTENTION.md)")
+	contention := flag.Bool("contention", false, "also run the GPU contention workload (see bench/README.md, \"GPU contention\")")
 	sizes := flag.String("contention-sizes", "16,64", "contention: GPU pool sizes in nodes of 8 GPUs")
 	flag.IntVar(&c.otherNodes, "contention-other-nodes", 200, "contention: CPU nodes beside the GPU pool (instead of -nodes)")
 	flag.Uint64Var(&c.seed, "seed", 1, "contention: seed of the gang stream (the same stream for every mode and run)")
