@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -225,8 +227,7 @@ func fits(g gang, free map[string]int64, nodes []string) bool {
 // the held one included, is bound whole or not at all, and no waiting gang fits what is
 // free, also after bound gangs leave.
 func TestSchedulerLeaderKilledMidGang(t *testing.T) {
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d (a failure replays with the same seed by setting it here)", seed)
+	seed := seedOf(t)
 	rng := rand.New(rand.NewPCG(uint64(seed), 15))
 	kube := kubeClient(t)
 	vc := volcanoclient.NewForConfigOrDie(cp.RESTConfig())
@@ -409,8 +410,7 @@ spec:
 // that no ordinal beyond the replicas appears; at the end exactly the objects of 3 groups
 // exist, all owned and on the new revision.
 func TestControllerLeaderKilledMidRollout(t *testing.T) {
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	seed := seedOf(t)
 	rng := rand.New(rand.NewPCG(uint64(seed), 16))
 	kube := kubeClient(t)
 	cl, err := client.New(cp.RESTConfig(), client.Options{Scheme: controller.Scheme()})
@@ -521,4 +521,20 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
 	require.NoError(t, err, "timed out waiting until %s", what)
+}
+
+// seedOf is the run's seed: BERTH_SEED when set (a malformed one fails the test rather than
+// being ignored), else the clock; logged either way, so a failure replays without editing code.
+func seedOf(t *testing.T) int64 {
+	t.Helper()
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("BERTH_SEED"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("BERTH_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (BERTH_SEED=%d replays it)", seed, seed)
+	return seed
 }

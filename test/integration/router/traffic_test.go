@@ -346,7 +346,10 @@ func TestBadRequests(t *testing.T) {
 func TestPodsComeAndGoUnderLoad(t *testing.T) {
 	seed := time.Now().UnixNano()
 	if v := os.Getenv("BERTH_SEED"); v != "" {
-		seed, _ = strconv.ParseInt(v, 10, 64)
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("BERTH_SEED=%q: %v", v, err) // a malformed seed is not silently replaced by the clock
+		}
 	}
 	t.Logf("seed %d (BERTH_SEED=%d replays it)", seed, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 11))
