@@ -3,7 +3,6 @@ package booster
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -106,9 +105,11 @@ func TestBoosterServesTwoNodePoolsAndALoRAAdapter(t *testing.T) {
 	assert.Equal(t, "example/llama-3.1-8b-sql-lora", lora.Root)
 	assert.Equal(t, "llama-3-8b", *lora.Parent)
 	h100Pod := w.entryPods("llama-h100")[0]
+	var h100Models []string
 	for _, m := range engineModels(t, &h100Pod, 8000) {
-		assert.Equal(t, "llama-3-8b", m.ID, "the H100 engine serves only the base model")
+		h100Models = append(h100Models, m.ID)
 	}
+	assert.Equal(t, []string{"llama-3-8b"}, h100Models, "the H100 engine serves the base model and nothing else")
 
 	// Every generated object: labels and a controller reference to the ModelBooster.
 	checkOwned := func(obj client.Object, backend string) {
@@ -151,8 +152,10 @@ func TestBoosterServesTwoNodePoolsAndALoRAAdapter(t *testing.T) {
 	// A spec change that generates nothing new (the owner): the controller observes it
 	// and writes none of its objects, despite the defaults the apiserver added to them.
 	w.update("llama", func(mb *workloadv1alpha1.ModelBooster) { mb.Spec.Owner = "someone-else" })
+	// The evidence that the controller looked: waitReady waits for status.observedGeneration
+	// to reach the new generation, and the reconciler writes its objects before its status,
+	// so any (unwanted) write of that reconcile has landed.
 	w.waitReady("llama")
-	time.Sleep(500 * time.Millisecond) // let any (unwanted) writes land
 	for key, gen := range generations {
 		kind, name, _ := strings.Cut(key, "/")
 		var obj client.Object = &workloadv1alpha1.ModelServing{}
@@ -257,7 +260,8 @@ spec:
 	assert.Contains(t, msg, `spec.backends[1].workers[0].type: Unsupported value: "decode"`)
 	assert.Contains(t, msg, "spec.backends[1].workers: Required value: a vLLM backend needs a worker of type server")
 
-	time.Sleep(time.Second) // give a (wrong) create time to land
+	// waitCondition saw observedGeneration reach the generation with the refusal: the
+	// reconcile that refused it has run, and a (wrong) create of it would have come first.
 	for _, list := range []client.ObjectList{&workloadv1alpha1.ModelServingList{}, &networkingv1alpha1.ModelServerList{}, &networkingv1alpha1.ModelRouteList{}} {
 		require.NoError(t, cl.List(w.ctx, list, client.InNamespace(w.ns)))
 		assert.Zero(t, meta.LenList(list), "%T", list)
