@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
 )
 
 // tableAccept is the Accept header kubectl get sends: the apiserver answers with a
@@ -37,12 +38,17 @@ type printerCase struct {
 	gvr      schema.GroupVersionResource
 	cluster  bool // cluster-scoped: the object is named per test and deleted afterwards
 	manifest string
-	columns  []column
+	// status, when set, is written through the status subresource after the object is
+	// created (what berth-controller would write), so the status-derived columns can be
+	// checked against it: a wrong jsonPath shows <none>.
+	status  string
+	columns []column
 }
 
 // The kinds README lists with short names (ms, mb, asp, aspb, mr, msvr; va; pl, isvc, br,
-// om). Status columns are filled by berth-controller, which this package does not run;
-// the ModelServing's live counts are checked in test/integration/modelserving.
+// om). Status columns are filled by berth-controller, which this package does not run: the
+// test writes a status as the controller would and checks each status column shows it (the
+// ModelServing's live counts are also checked in test/integration/modelserving).
 var printerCases = []printerCase{
 	{short: "ms", gvr: workloadGVR("modelservings"), manifest: `
 apiVersion: workload.serving.volcano.sh/v1alpha1
@@ -57,8 +63,9 @@ spec:
       entryTemplate:
         spec:
           containers: [{name: vllm, image: vllm/vllm-openai:v0.11.0}]
-`, columns: []column{{name: "Desired", want: "3"}, {name: "Current"}, {name: "Updated"}, {name: "Available"},
-		{name: "Scheduler", wide: true, want: "berth-scheduler"}}},
+`, status: `{replicas: 3, updatedReplicas: 2, availableReplicas: 1}`,
+		columns: []column{{name: "Desired", want: "3"}, {name: "Current", want: "3"}, {name: "Updated", want: "2"}, {name: "Available", want: "1"},
+			{name: "Scheduler", wide: true, want: "berth-scheduler"}}},
 	{short: "mb", gvr: workloadGVR("modelboosters"), manifest: `
 apiVersion: workload.serving.volcano.sh/v1alpha1
 kind: ModelBooster
@@ -72,8 +79,9 @@ spec:
   - name: main
     type: vLLM
     workers: [{image: vllm/vllm-openai:v0.11.0}]
-`, columns: []column{{name: "Model", want: "llama-3-1-8b"}, {name: "Owner", wide: true, want: "inference-team"}, {name: "Ready"},
-		{name: "Reason", wide: true}}},
+`, status: `{conditions: [{type: Ready, status: "False", reason: BackendsNotReady, message: written by the test, lastTransitionTime: "2026-01-01T00:00:00Z"}]}`,
+		columns: []column{{name: "Model", want: "llama-3-1-8b"}, {name: "Owner", wide: true, want: "inference-team"}, {name: "Ready", want: "False"},
+			{name: "Reason", wide: true, want: "BackendsNotReady"}}},
 	{short: "asp", gvr: workloadGVR("autoscalingpolicies"), manifest: `
 apiVersion: workload.serving.volcano.sh/v1alpha1
 kind: AutoscalingPolicy
@@ -81,7 +89,8 @@ metadata: {name: printed}
 spec:
   tolerancePercent: 15
   metrics: [{metricName: vllm:num_requests_waiting, targetValue: "8"}]
-`, columns: []column{{name: "Tolerance", want: "15"}, {name: "Valid"}}},
+`, status: `{conditions: [{type: Valid, status: "True", reason: Valid, message: written by the test, lastTransitionTime: "2026-01-01T00:00:00Z"}]}`,
+		columns: []column{{name: "Tolerance", want: "15"}, {name: "Valid", want: "True"}}},
 	{short: "aspb", gvr: workloadGVR("autoscalingpolicybindings"), manifest: `
 apiVersion: workload.serving.volcano.sh/v1alpha1
 kind: AutoscalingPolicyBinding
@@ -93,8 +102,9 @@ spec:
       targetRef: {apiVersion: workload.serving.volcano.sh/v1alpha1, kind: ModelServing, name: qwen3-8b-pd}
     minReplicas: 2
     maxReplicas: 4
-`, columns: []column{{name: "Policy", want: "waiting-requests"}, {name: "Target", want: "qwen3-8b-pd"}, {name: "Current"},
-		{name: "Recommended"}, {name: "Desired"}, {name: "Panic"}, {name: "Ready"}}},
+`, status: `{currentReplicas: 2, recommendedReplicas: 4, desiredReplicas: 3, panicMode: true, conditions: [{type: Ready, status: "True", reason: Scaled, message: written by the test, lastTransitionTime: "2026-01-01T00:00:00Z"}]}`,
+		columns: []column{{name: "Policy", want: "waiting-requests"}, {name: "Target", want: "qwen3-8b-pd"}, {name: "Current", want: "2"},
+			{name: "Recommended", want: "4"}, {name: "Desired", want: "3"}, {name: "Panic", want: "true"}, {name: "Ready", want: "True"}}},
 	{short: "mr", gvr: networkingGVR("modelroutes"), manifest: `
 apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelRoute
@@ -134,8 +144,11 @@ spec:
   modelProfile:
     accelerators:
     - {acc: H100, accCount: 1, alpha: "8.0", beta: "0.15", maxBatchSize: 64}
-`, columns: []column{{name: "Model", want: "meta-llama/Llama-3.1-8B-Instruct"}, {name: "Accelerator"}, {name: "CurrentReplicas"},
-		{name: "Optimized"}, {name: "Applied"}, {name: "Reason", wide: true}}},
+`, status: `{currentAlloc: {accelerator: H100, numReplicas: 2, maxBatch: 64, variantCost: "80", itlAverage: "10", waitAverage: "5",
+  load: {arrivalRate: "30", avgLength: "512"}}, desiredOptimizedAlloc: {accelerator: H100, numReplicas: 3},
+  actuation: {applied: true}, conditions: [{type: Ready, status: "True", reason: Optimized, message: written by the test, lastTransitionTime: "2026-01-01T00:00:00Z"}]}`,
+		columns: []column{{name: "Model", want: "meta-llama/Llama-3.1-8B-Instruct"}, {name: "Accelerator", want: "H100"}, {name: "CurrentReplicas", want: "2"},
+			{name: "Optimized", want: "3"}, {name: "Applied", want: "true"}, {name: "Reason", wide: true, want: "Optimized"}}},
 	{short: "pl", gvr: llmazInferenceGVR("playgrounds"), manifest: `
 apiVersion: inference.llmaz.io/v1alpha1
 kind: Playground
@@ -144,8 +157,9 @@ spec:
   replicas: 1
   modelClaim: {modelName: qwen3-0--6b}
   backendRuntimeConfig: {backendName: sglang}
-`, columns: []column{{name: "Model", want: "qwen3-0--6b"}, {name: "Backend", want: "sglang"}, {name: "Replicas"}, {name: "Available"},
-		{name: "Reason", wide: true}}},
+`, status: `{replicas: 1, conditions: [{type: Available, status: "True", reason: Available, message: written by the test, lastTransitionTime: "2026-01-01T00:00:00Z"}, {type: Progressing, status: "False", reason: Ready, message: written by the test, lastTransitionTime: "2026-01-01T00:00:00Z"}]}`,
+		columns: []column{{name: "Model", want: "qwen3-0--6b"}, {name: "Backend", want: "sglang"}, {name: "Replicas", want: "1"}, {name: "Available", want: "True"},
+			{name: "Reason", wide: true, want: "Ready"}}},
 	{short: "isvc", gvr: llmazInferenceGVR("services"), manifest: `
 apiVersion: inference.llmaz.io/v1alpha1
 kind: Service
@@ -158,7 +172,8 @@ spec:
     workerTemplate:
       spec:
         containers: [{name: model-runner, image: lmsysorg/sglang:latest}]
-`, columns: []column{{name: "Replicas"}, {name: "Available"}, {name: "Reason", wide: true}}},
+`, status: `{replicas: 1, conditions: [{type: Available, status: "False", reason: Pending, message: written by the test, lastTransitionTime: "2026-01-01T00:00:00Z"}, {type: Progressing, status: "True", reason: Pending, message: written by the test, lastTransitionTime: "2026-01-01T00:00:00Z"}]}`,
+		columns: []column{{name: "Replicas", want: "1"}, {name: "Available", want: "False"}, {name: "Reason", wide: true, want: "Pending"}}},
 	{short: "br", gvr: llmazInferenceGVR("backendruntimes"), cluster: true, manifest: `
 apiVersion: inference.llmaz.io/v1alpha1
 kind: BackendRuntime
@@ -236,6 +251,12 @@ func TestKubectlGetByShortNameShowsPrinterColumns(t *testing.T) {
 				obj.SetNamespace(ns)
 			}
 			require.NoError(t, c.Create(ctx, obj), "create %s", obj.GetKind())
+			if pc.status != "" {
+				var status map[string]any
+				require.NoError(t, yaml.Unmarshal([]byte(pc.status), &status))
+				obj.Object["status"] = status
+				require.NoError(t, c.Status().Update(ctx, obj), "write the status of %s", obj.GetKind())
+			}
 
 			// The list request `kubectl get <short>` sends, narrowed to the object.
 			path := []string{"/apis", gvr.Group, gvr.Version}
