@@ -291,14 +291,16 @@ func (s *Server) applyLocked(batch []*seq, end, step time.Duration) {
 		q.events <- q.generated
 		q.generated++
 		produced++
+		// Counted before the sequence can finish: its handler answers as soon as it is told,
+		// and a scrape right after the answer must see every token of it.
+		s.stats.GenerationTokens++
+		s.metrics.genTokens.Inc()
 		if q.generated >= q.maxTokens {
 			s.usedBlocks -= q.kvBlocks
 			s.finishLocked(q, "length", end)
 		}
 	}
 	s.running = slices.DeleteFunc(s.running, func(q *seq) bool { return q.state == stateDone })
-	s.stats.GenerationTokens += int64(produced)
-	s.metrics.genTokens.Add(float64(produced))
 	s.genThroughput = float64(produced) / step.Seconds()
 }
 
