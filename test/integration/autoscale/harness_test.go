@@ -205,15 +205,20 @@ func (w *world) watchReplicas(names ...string) map[string]*replicasLog {
 	var broke string
 	go func() {
 		defer close(done)
+		// Stopped by the test (its cleanup, or its context ending): the stream's close may
+		// arrive as an Error event ("response body closed"), which is not a broken log.
+		ended := func() bool { return stopping.Load() || w.ctx.Err() != nil }
 		defer func() {
-			if !stopping.Load() && broke == "" {
+			if !ended() && broke == "" {
 				broke = "the watch ended early"
 			}
 		}()
 		seq := 0
 		for ev := range wi.ResultChan() {
 			if ev.Type == watch.Error {
-				broke = fmt.Sprintf("the watch failed: %v", apierrors.FromObject(ev.Object))
+				if !ended() {
+					broke = fmt.Sprintf("the watch failed: %v", apierrors.FromObject(ev.Object))
+				}
 				return
 			}
 			ms, ok := ev.Object.(*workloadv1alpha1.ModelServing)
