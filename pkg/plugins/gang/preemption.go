@@ -361,13 +361,14 @@ func (g *Gang) victimsLeaving(key string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := 0
+	stillAllocated := g.model.AllocatedCheck()
 	for uid, v := range g.victimOf {
 		if key != "" && v.preemptor != key {
 			continue
 		}
 		if p, err := g.podLister.Pods(v.namespace).Get(v.name); err == nil && p.UID == uid {
 			n++
-		} else if g.model.AnyAllocated(v.devices) {
+		} else if stillAllocated(v.devices) {
 			n++ // gone, its devices not freed yet
 		} else {
 			delete(g.victimOf, uid)
@@ -394,7 +395,7 @@ func (g *Gang) takeRoomArrived(key string) bool {
 func (g *Gang) victimGone(pod *corev1.Pod) {
 	g.mu.Lock()
 	v, ok := g.victimOf[pod.UID]
-	if ok && g.model.AnyAllocated(v.devices) {
+	if ok && g.model.AllocatedCheck()(v.devices) {
 		v.gone = true
 		g.victimOf[pod.UID] = v
 		ok = false
@@ -413,8 +414,9 @@ func (g *Gang) victimGone(pod *corev1.Pod) {
 func (g *Gang) victimDevicesFreed() {
 	g.mu.Lock()
 	var ready []string
+	stillAllocated := g.model.AllocatedCheck()
 	for uid, v := range g.victimOf {
-		if v.gone && !g.model.AnyAllocated(v.devices) { // only gone victims list devices
+		if v.gone && !stillAllocated(v.devices) { // only gone victims list devices
 			delete(g.victimOf, uid)
 			g.stateLocked(v.preemptor).roomArrived = true
 			ready = append(ready, v.preemptor)

@@ -82,22 +82,31 @@ func (v Victim) Devices() []structured.DeviceID {
 	return out
 }
 
-// AnyAllocated reports whether any of the devices is still allocated (or being allocated)
-// to a claim.
-func (m *Model) AnyAllocated(ids []structured.DeviceID) bool {
-	if m.dra == nil || len(ids) == 0 {
+// AllocatedCheck returns a function that reports whether any of the given devices is still
+// allocated (or being allocated) to a claim. The cluster's allocated devices are listed once,
+// on the first call that needs them, so a caller checking many victims lists them once.
+func (m *Model) AllocatedCheck() func(ids []structured.DeviceID) bool {
+	var allocated sets.Set[structured.DeviceID]
+	var err error
+	listed := false
+	return func(ids []structured.DeviceID) bool {
+		if m.dra == nil || len(ids) == 0 {
+			return false
+		}
+		if !listed {
+			allocated, err = m.dra.mgr.ResourceClaims().ListAllAllocatedDevices()
+			listed = true
+		}
+		if err != nil {
+			return true // not known to be free: keep waiting
+		}
+		for _, id := range ids {
+			if allocated.Has(id) {
+				return true
+			}
+		}
 		return false
 	}
-	allocated, err := m.dra.mgr.ResourceClaims().ListAllAllocatedDevices()
-	if err != nil {
-		return true // not known to be free: keep waiting
-	}
-	for _, id := range ids {
-		if allocated.Has(id) {
-			return true
-		}
-	}
-	return false
 }
 
 // OnlyProtected begins PlanPreemption's refusal when only victims a disruption budget
