@@ -121,7 +121,7 @@ func TestRoleTopologySoftReplicaSpreadsWhenNoLeafHoldsIt(t *testing.T) {
 	w.createGangWith("spread", nil, gangOpts{topology: spine, roleTopology: softLeaf}, server, decode)
 	w.eventually("the soft group bound", 30*time.Second, func() bool {
 		n, _ := w.bound("spread")
-		return n == 4
+		return n == 4 && topo.seenBound("spread") == 4
 	})
 	leaves := topo.leavesOf("spread", "server-0")
 	require.Len(t, leaves, 2, "server-0 should spread over the two leaves of one spine, as no leaf holds it")
@@ -181,7 +181,7 @@ func TestRoleTopologyIgnoresANominatedNodeOutsideTheReplicasLeaf(t *testing.T) {
 	w.ungate(worker)
 	w.eventually("the replica bound", 30*time.Second, func() bool {
 		n, _ := w.bound("tp")
-		return n == 2
+		return n == 2 && topo.seenBound("tp") == 2
 	})
 	leaves := topo.leavesOf("tp", "server-0")
 	require.Len(t, leaves, 1, "the replica was split")
@@ -526,6 +526,18 @@ func (tw *topologyWatch) requireNoViolations(t *testing.T) {
 		tw.notes.add(msg)
 		t.Fatal(msg)
 	}
+}
+
+// seenBound counts the group's pods the watch has seen bound. A test reads the watch's
+// leaves only after it has seen every binding the API already shows: the watch can lag.
+func (tw *topologyWatch) seenBound(group string) int {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	n := 0
+	for _, pods := range tw.bound[group] {
+		n += len(pods)
+	}
+	return n
 }
 
 // leavesOf lists the leaves of a role replica's bound pods.
