@@ -198,6 +198,11 @@ func (g *Gang) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1
 		time.AfterFunc(100*time.Millisecond, func() { g.activate(key) })
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: planned node %s no longer takes pod %s; planning again", key, s.planned, pod.Name))
 	}
+	if c := g.claimAhead(key, pod); c != "" {
+		// DynamicResources refuses the pod while a sibling let through ahead has the claim
+		// they share allocated; that sibling's PreBind tries the group again once it is.
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: claim %s, shared with a sibling let through ahead, is being allocated", key, c))
+	}
 	msg := fmt.Sprintf("pod %s fits no node", pod.Name)
 	if m := refusal(g.handle, statuses); m != "" {
 		// A PreFilter refusal (for example the topology plugin's "no leaf can hold the

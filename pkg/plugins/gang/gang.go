@@ -82,6 +82,10 @@ type groupState struct {
 	// DRA devices freed); its next cycle plans on a snapshot that has the room, so it does
 	// not preempt again in the cycle that saw them go.
 	roomArrived bool
+	// early: pods of the current assembly let through Permit ahead of the group because a
+	// sibling not yet placed shares one of their ResourceClaims (see permitEarly); they
+	// wait in PreBind until the group is allowed or rejected.
+	early *earlyRelease
 }
 
 var (
@@ -92,6 +96,7 @@ var (
 	_ fwk.PostFilterPlugin  = &Gang{}
 	_ fwk.ReservePlugin     = &Gang{}
 	_ fwk.PermitPlugin      = &Gang{}
+	_ fwk.PreBindPlugin     = &Gang{}
 	_ fwk.PostBindPlugin    = &Gang{}
 	_ fwk.EnqueueExtensions = &Gang{}
 )
@@ -344,5 +349,5 @@ func (g *Gang) waitingPods() int {
 			n++
 		}
 	})
-	return n
+	return n + g.earlyPods()
 }

@@ -62,8 +62,10 @@ func (g *Gang) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _
 	g.rejectGroup(pg, key, reasonNotEnoughResources, fmt.Sprintf("pod %s was released", pod.Name))
 }
 
-// Permit holds the pod until the group's minimum is placed, then lets every held sibling go.
-func (g *Gang) Permit(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ string) (*fwk.Status, time.Duration) {
+// Permit holds the pod until the group's minimum is placed, then lets every held sibling
+// go. A pod holding a ResourceClaim a sibling not yet placed names too waits in PreBind
+// instead (see sharedclaim.go).
+func (g *Gang) Permit(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) (*fwk.Status, time.Duration) {
 	key := placement.GroupKey(pod)
 	if key == "" {
 		return nil, 0
@@ -82,8 +84,13 @@ func (g *Gang) Permit(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _ st
 	if st.deadline.IsZero() || now.After(st.deadline) {
 		st.deadline = now.Add(g.args.waitTimeout(pg))
 	}
-	wait := st.deadline.Sub(now)
+	deadline := st.deadline
 	g.mu.Unlock()
+	if claims := g.sharedClaimsAhead(key, pod); len(claims) > 0 {
+		g.permitEarly(state, pod, key, claims, deadline)
+		return nil, 0
+	}
+	wait := deadline.Sub(now)
 	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for gang %s", key)), wait
 }
 
@@ -92,6 +99,7 @@ func (g *Gang) allowGroup(pg *volcanov1beta1.PodGroup, key string) {
 	g.mu.Lock()
 	st := g.stateLocked(key)
 	st.deadline = time.Time{}
+	st.endEarlyLocked(true, "")
 	g.mu.Unlock()
 	g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		if placement.GroupKey(wp.GetPod()) == key {
@@ -112,6 +120,7 @@ func (g *Gang) rejectGroup(pg *volcanov1beta1.PodGroup, key, reason, msg string)
 	g.mu.Lock()
 	st := g.stateLocked(key)
 	st.deadline = time.Time{}
+	st.endEarlyLocked(false, msg)
 	alreadyBackingOff := time.Now().Before(st.backoffUntil)
 	if !alreadyBackingOff {
 		st.backoffUntil = time.Now().Add(backoff)

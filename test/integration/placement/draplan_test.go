@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,6 +96,12 @@ func (w *world) claim(name, class, sel string) {
 // draGang makes a PodGroup of len(claims) pods, pod k using claims[k]; see draPod.
 func (w *world) draGang(name string, claims ...string) {
 	w.t.Helper()
+	w.draGangGated(name, -1, claims...)
+}
+
+// draGangGated is draGang with pod gated (its index) created behind a scheduling gate.
+func (w *world) draGangGated(name string, gated int, claims ...string) {
+	w.t.Helper()
 	pg := &volcanov1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
 		Spec: volcanov1beta1.PodGroupSpec{MinMember: int32(len(claims))}}
 	_, err := vc.SchedulingV1beta1().PodGroups(w.ns).Create(w.ctx, pg, metav1.CreateOptions{})
@@ -102,9 +109,25 @@ func (w *world) draGang(name string, claims ...string) {
 	for k, c := range claims {
 		p := w.draPod(fmt.Sprintf("%s-%d", name, k), c, "")
 		p.Annotations = map[string]string{placement.GroupNameKey: name, placement.TaskSpecKey: fmt.Sprintf("worker-%d", k)}
+		if k == gated {
+			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: testGate}}
+		}
 		_, err := kube.CoreV1().Pods(w.ns).Create(w.ctx, p, metav1.CreateOptions{})
 		require.NoError(w.t, err)
 	}
+}
+
+// testGate holds a pod back from scheduling until ungatePod.
+const testGate = "berth.sh/test-hold"
+
+// ungatePod lifts the pod's scheduling gates.
+func (w *world) ungatePod(name string) {
+	w.t.Helper()
+	p, err := kube.CoreV1().Pods(w.ns).Get(w.ctx, name, metav1.GetOptions{})
+	require.NoError(w.t, err)
+	p.Spec.SchedulingGates = nil
+	_, err = kube.CoreV1().Pods(w.ns).Update(w.ctx, p, metav1.UpdateOptions{})
+	require.NoError(w.t, err)
 }
 
 // draPod is a pod using the claim, tolerating the DRA nodes' taint and asking for no
@@ -156,6 +179,97 @@ func (w *world) podGroupMessage(name string) string {
 func TestDRAPlan(t *testing.T) {
 	t.Run("a gang whose first-fit devices fail is placed by another allocation", draBacktracks)
 	t.Run("bad claims are refused in words, nothing held", draBadClaims)
+	t.Run("a claim shared by two pods of a gang is planned once, on one node", draSharedClaim)
+}
+
+// draSharedClaim: two nodes of one GPU each, a gang of three pods, pods 0 and 1 sharing one
+// claim and pod 2 using its own. The gang needs two GPUs, not three: counted per pod the
+// shared claim would leave it unplaceable, and the two pods sharing it must go to the node
+// whose GPU it is allocated (a claim's devices are on one node). The plan must place pods
+// 0 and 1 together, pod 2 on the other node, and agree with what the plugin allocates.
+//
+// DynamicResources refuses pod 1 while pod 0's allocation of the shared claim is pending,
+// and pod 0 would wait in Permit for pod 1: the gang lets pod 0 ahead to PreBind, where
+// the claim is written and pod 0 waits. Pod 2 is created gated, so the group cannot be
+// complete: a watch over the whole run asserts no pod binds before pod 2 is ungated, once
+// the claim is allocated and both other pods are held.
+func draSharedClaim(t *testing.T) {
+	w := newWorld(t)
+	w.ensureGPUClass()
+	w.draNode("dra-s1", "64", draGPU{"gpu-0", "80Gi"})
+	w.draNode("dra-s2", "64", draGPU{"gpu-0", "80Gi"})
+	disagreeBefore := placementCounter(t, "berth_placement_dra_allocation_checks_total", "disagree")
+	earlyBefore := gathered(t, "berth_gang_early_permits_total")
+	w.claim("shared", draDriver, "")
+	w.claim("own", draDriver, "")
+
+	watch, err := kube.CoreV1().Pods(w.ns).Watch(w.ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	defer watch.Stop()
+	var mu sync.Mutex
+	var ungated time.Time
+	var early []string // pods seen bound before pod 2 was ungated
+	go func() {
+		for ev := range watch.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Spec.NodeName == "" {
+				continue
+			}
+			mu.Lock()
+			if ungated.IsZero() {
+				early = append(early, p.Name)
+			}
+			mu.Unlock()
+		}
+	}()
+	w.draGangGated("sh", 2, "shared", "shared", "own")
+
+	w.eventually("the shared claim allocated ahead and pods 0 and 1 held", 60*time.Second, func() bool {
+		return w.allocatedDevice("shared") != "" && gathered(t, "berth_gang_waiting_pods") == 2
+	})
+	assert.Greater(t, gathered(t, "berth_gang_early_permits_total"), earlyBefore, "a pod was let through Permit ahead of its gang")
+	byGroup, _ := w.placement()
+	require.Empty(t, byGroup["sh"], "a pod of the gang bound while its third pod was gated")
+	mu.Lock()
+	ungated = time.Now()
+	mu.Unlock()
+	w.ungatePod("sh-2")
+
+	w.eventually("the three pods of the gang bound", 60*time.Second, func() bool {
+		byGroup, _ := w.placement()
+		return len(byGroup["sh"]) == 3
+	})
+	mu.Lock()
+	require.Empty(t, early, "pods bound before the gang's third pod was ungated")
+	mu.Unlock()
+	a, b, c := w.node("sh-0"), w.node("sh-1"), w.node("sh-2")
+	assert.Equal(t, a, b, "the two pods sharing a claim are on its device's node")
+	assert.NotEqual(t, a, c, "the pod with its own claim takes the other node's GPU")
+	w.eventually("both claims allocated", 30*time.Second, func() bool {
+		return w.allocatedDevice("shared") != "" && w.allocatedDevice("own") != ""
+	})
+	assert.Equal(t, a+"/gpu-0", w.allocatedDevice("shared"))
+	assert.Equal(t, c+"/gpu-0", w.allocatedDevice("own"))
+	assert.Equal(t, disagreeBefore, placementCounter(t, "berth_placement_dra_allocation_checks_total", "disagree"),
+		"the DynamicResources plugin allocated what the plan chose")
+}
+
+// gathered reads a counter's or gauge's value (summed over its series) from the process's
+// metrics registry, 0 before it has any.
+func gathered(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
 }
 
 // draBacktracks: two nodes, one 80 GiB GPU on dra-a and one 40 GiB GPU on dra-b. Pod 0 can
