@@ -320,8 +320,9 @@ func (g *Gang) sweep() {
 
 // Tracked reports how many entries each of the plugin's caches holds, by cache: groups for
 // the per-group ones (group_state, status_decisions, podgroup_conversions, plans,
-// plan_capacity, held_pods, blocked, excluded_nodes), pods for preemption_victims, nodes for
-// kept_nodes. Each is bounded by the groups (pods, nodes) that exist.
+// plan_capacity, held_pods, blocked, excluded_nodes), pods for preemption_victims and
+// expected_devices, nodes for kept_nodes. Each is bounded by the groups (pods, nodes) that
+// exist. TestTrackedReportsEveryContainer checks every map of that state is reported here.
 func (g *Gang) Tracked() map[string]int {
 	g.mu.Lock()
 	states, victims := len(g.states), len(g.victimOf)
@@ -338,6 +339,7 @@ func (g *Gang) Tracked() map[string]int {
 		"excluded_nodes":       m.Excluded,
 		"preemption_victims":   victims,
 		"kept_nodes":           m.KeptNodes,
+		"expected_devices":     m.Expected,
 	}
 }
 

@@ -50,7 +50,7 @@ var (
 
 	// Read at scrape time from the running plugins (see stateCollector).
 	trackedDesc = metrics.NewDesc("berth_gang_tracked_entries",
-		"Entries the gang plugin and its placement model remember, by cache: groups for group_state (wait deadline, backoff, requirement), status_decisions (latest verdict for the PodGroup's status), podgroup_conversions, plans (plans in force: attempts, nominations, the reservation), plan_capacity (what each plan keeps per node), held_pods (groups with pods held), blocked and excluded_nodes; pods for preemption_victims; nodes for kept_nodes. Each is bounded by the groups, pods or nodes that exist: a group's entries go once its pods and PodGroup are gone.",
+		"Entries the gang plugin and its placement model remember, by cache: groups for group_state (wait deadline, backoff, requirement), status_decisions (latest verdict for the PodGroup's status), podgroup_conversions, plans (plans in force: attempts, nominations, the reservation), plan_capacity (what each plan keeps per node), held_pods (groups with pods held), blocked and excluded_nodes; pods for preemption_victims and expected_devices (placed with DRA devices PostBind has yet to check); nodes for kept_nodes. Each is bounded by the groups, pods or nodes that exist: a group's entries go once its pods and PodGroup are gone.",
 		[]string{"cache"}, nil, metrics.ALPHA, "")
 	waitingDesc = metrics.NewDesc("berth_gang_waiting_pods",
 		"Gang pods held now, waiting for the rest of their group's minimum: in Permit, or in PreBind for a pod let through ahead with a shared ResourceClaim.",

@@ -362,8 +362,9 @@ func (m *Model) Forget(key string) {
 // the nodes capacity is kept on, by map: plans (plans in force, nominations and the
 // reservation included, with what each keeps per node), held (groups with pods held),
 // blocked (refused groups, in the order capacity is owed), excluded (groups with nodes
-// left out of their plans) and keptNodes (nodes any plan keeps capacity on).
-type Sizes struct{ Plans, KeptByPlan, Held, Blocked, Excluded, KeptNodes int }
+// left out of their plans), keptNodes (nodes any plan keeps capacity on) and expected
+// (pods placed with DRA devices whose claims PostBind has yet to compare with the plan).
+type Sizes struct{ Plans, KeptByPlan, Held, Blocked, Excluded, KeptNodes, Expected int }
 
 // Sizes reports the size of each per-group map, so what the model remembers can be checked
 // against the groups that exist.
@@ -371,7 +372,7 @@ func (m *Model) Sizes() Sizes {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return Sizes{Plans: len(m.plans), KeptByPlan: len(m.keptByPlan), Held: len(m.held), Blocked: len(m.blocked),
-		Excluded: len(m.excluded), KeptNodes: len(m.kept)}
+		Excluded: len(m.excluded), KeptNodes: len(m.kept), Expected: len(m.expected)}
 }
 
 // Keys lists every group the model remembers anything about, so a caller that learns a

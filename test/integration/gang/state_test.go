@@ -27,6 +27,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
 const (
@@ -43,11 +44,11 @@ const (
 var (
 	groupCaches = []string{"group_state", "status_decisions", "podgroup_conversions", "plans", "plan_capacity",
 		"held_pods", "blocked", "excluded_nodes"}
-	allCaches = append(slices.Clone(groupCaches), "preemption_victims", "kept_nodes")
+	allCaches = append(slices.Clone(groupCaches), "preemption_victims", "kept_nodes", "expected_devices")
 )
 
-// Groups come and go: a scripted set that puts an entry in every cache (a coscheduling gang
-// held in Permit, a bound gang preempted by a high-priority one and left terminating, a
+// Groups come and go: a scripted set that puts an entry in every cache (coscheduling gangs
+// held in Permit, one of them with DRA devices, a bound gang preempted by a high-priority one and left terminating, a
 // gang that waits for capacity kept for it, one that never fits, one whose planned nodes a
 // volume's node affinity refuses; gangs deleted, PodGroup first, while their pods wait in
 // Permit), then a seeded stream of 40 Volcano and coscheduling gangs
@@ -87,7 +88,13 @@ func TestGangStateStaysBounded(t *testing.T) {
 	// A coscheduling gang of two whose second pod is gated: the first is held in Permit
 	// (held_pods, group_state's deadline, the plan keeping the second's node) and its
 	// PodGroup is read through a conversion (podgroup_conversions).
-	s.cosched("cs-held", hold, 2, 8, true)
+	s.cosched("cs-held", hold, 2, 8, true, false)
+	// The same with GPUs claimed through DRA: the held pod's devices, from its plan, wait
+	// for PostBind to compare them with its claim (expected_devices).
+	w.ensureGPUTemplates()
+	draPool := w.newPool("dra", false)
+	s.draNode(draPool, "dra-0", 2)
+	s.cosched("cs-dra", draPool, 2, 1, true, true)
 	// Two 8-GPU pods fill pool full; a second such gang waits (blocked, status_decisions)
 	// and, after a second, has capacity kept for it; a third needs more than the pool.
 	s.volcano("filler", full, role{name: "server", replicas: 2, gpus: 8})
@@ -133,7 +140,7 @@ func TestGangStateStaysBounded(t *testing.T) {
 		name := fmt.Sprintf("r%02d", i)
 		gated := rng.IntN(4) == 0
 		if rng.IntN(4) == 0 {
-			s.cosched(name, churn, 1+rng.IntN(3), []int64{1, 2, 4, 8}[rng.IntN(4)], gated)
+			s.cosched(name, churn, 1+rng.IntN(3), []int64{1, 2, 4, 8}[rng.IntN(4)], gated, false)
 		} else {
 			spec := randomGang(rng, churn, 24, 32)
 			if gated {
@@ -166,6 +173,10 @@ func TestGangStateStaysBounded(t *testing.T) {
 	s.requireBounded(0, allCaches)
 	require.Zero(t, waitingPods(t), "%s with no group left", waitingMetric)
 	s.logTracked("at the end")
+	// The soak checks every cache the plugin reports (pkg/plugins/gang's
+	// TestTrackedReportsEveryContainer checks it reports every one it has): a cache Tracked
+	// gains must be put in an entry of here, and in allCaches.
+	require.ElementsMatch(t, allCaches, sortedNames(s.seen), "the caches %s reports and the ones this soak checks", trackedMetric)
 }
 
 // stateSoak is one run of TestGangStateStaysBounded: the groups that exist, and the
@@ -208,7 +219,7 @@ func (s *stateSoak) volcano(name string, p *gpuPool, roles ...role) {
 
 // cosched creates a scheduler-plugins PodGroup of pods single pods of gpus GPUs, all in its
 // minimum, on the pool; with gated, its last pod is gated.
-func (s *stateSoak) cosched(name string, p *gpuPool, pods int, gpus int64, gated bool) {
+func (s *stateSoak) cosched(name string, p *gpuPool, pods int, gpus int64, gated, dra bool) {
 	s.t.Helper()
 	_, err := s.cc.SchedulingV1alpha1().PodGroups(s.ns).Create(s.ctx, &coschedulingv1alpha1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
@@ -228,6 +239,12 @@ func (s *stateSoak) cosched(name string, p *gpuPool, pods int, gpus int64, gated
 				}}},
 			},
 		}
+		if dra {
+			c := &pod.Spec.Containers[0]
+			c.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}}
+			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(fmt.Sprintf("gpus-%d", gpus))}}
+			c.Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+		}
 		if gated && i == pods-1 {
 			pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "test.berth.sh/hold"}}
 		}
@@ -235,6 +252,24 @@ func (s *stateSoak) cosched(name string, p *gpuPool, pods int, gpus int64, gated
 		require.NoError(s.t, err)
 	}
 	s.live[name] = &soakGroup{cosched: true}
+}
+
+// draNode adds a node of the pool with gpus GPUs published through DRA, and its
+// ResourceSlice, as the node's kubelet plugin would (there is no kubelet here).
+func (s *stateSoak) draNode(p *gpuPool, name string, gpus int64) {
+	s.t.Helper()
+	all := map[string]string{"berth.test/owner": s.ns}
+	for k, v := range p.selector {
+		all[k] = v
+	}
+	node, err := s.kube.CoreV1().Nodes().Create(s.ctx, sim.NewNode(s.ns+"-"+name, sim.NodeShape{CPU: "128", Memory: "512Gi", DRAGPUs: gpus}, all), metav1.CreateOptions{})
+	require.NoError(s.t, err)
+	p.nodes = append(p.nodes, node.Name)
+	_, err = s.kube.ResourceV1().ResourceSlices().Create(s.ctx, sim.GPUResourceSlice(node), metav1.CreateOptions{})
+	require.NoError(s.t, err)
+	s.t.Cleanup(func() {
+		_ = s.kube.ResourceV1().ResourceSlices().Delete(context.Background(), sim.GPUSliceName(node.Name), metav1.DeleteOptions{})
+	})
 }
 
 // volumeGang creates a Volcano gang of one 4-GPU pod on the pool that mounts a claim bound

@@ -15,26 +15,9 @@ import (
 	"github.com/berth-sh/berth/pkg/controller"
 )
 
-// The ModelBooster controller's requests, as its code makes them (pkg/modelbooster):
-// the shipped role must grant every one. TestShippedRBACServesAModel runs no ModelBooster,
-// so a permission only the ModelBooster controller needs would otherwise go unnoticed until
-// a real cluster refused it.
-func TestShippedRBACCoversModelBooster(t *testing.T) {
-	const workload, networking = "workload.serving.volcano.sh", "networking.serving.volcano.sh"
-	needs := []need{
-		{workload, "modelboosters", []string{"get", "list", "watch"}},
-		{workload, "modelboosters/status", []string{"update"}},
-		{workload, "modelservings", []string{"get", "list", "watch", "create", "update", "delete"}},
-		{workload, "autoscalingpolicies", []string{"get", "list", "watch", "create", "update", "delete"}},
-		{workload, "autoscalingpolicybindings", []string{"get", "list", "watch", "create", "update", "delete"}},
-		{networking, "modelservers", []string{"get", "list", "watch", "create", "update", "delete"}},
-		{networking, "modelroutes", []string{"get", "list", "watch", "create", "update", "delete"}},
-		{"", "pods", []string{"get", "list", "watch"}},
-		{"events.k8s.io", "events", []string{"create", "patch"}},
-	}
-	assertAllowed(t, needs)
-}
-
+// need is a permission the shipped role must grant, asked as a SubjectAccessReview. The
+// reconcilers of drive_test.go are checked by running them instead; this is for those
+// that test does not run.
 type need struct {
 	group, resource string
 	verbs           []string
@@ -62,42 +45,6 @@ func assertAllowed(t *testing.T, needs []need) {
 			assert.True(t, got.Status.Allowed, "berth-controller may not %s %s.%s (%s)", verb, n.resource, n.group, got.Status.Reason)
 		}
 	}
-}
-
-// The VariantAutoscaling reconciler's requests (pkg/autoscale/variantscaler): it reads the
-// variant and its ConfigMaps, the ModelServing's pods and ModelServers, writes the status and
-// scales through modelservings/scale.
-func TestShippedRBACCoversVariantAutoscaling(t *testing.T) {
-	assertAllowed(t, []need{
-		{"llmd.ai", "variantautoscalings", []string{"get", "list", "watch"}},
-		{"llmd.ai", "variantautoscalings/status", []string{"update", "patch"}},
-		{"", "configmaps", []string{"get", "list", "watch"}},
-		{"", "pods", []string{"get", "list", "watch"}},
-		{"networking.serving.volcano.sh", "modelservers", []string{"get", "list", "watch"}},
-		{"workload.serving.volcano.sh", "modelservings/scale", []string{"get", "update"}},
-		{"events.k8s.io", "events", []string{"create", "patch"}},
-	})
-}
-
-// The llmaz reconcilers' requests (pkg/llmazserving): Playgrounds, Services and
-// BackendRuntimes read and their status written, OpenModels read, the Service, ModelServing,
-// ModelServer, ModelRoute and HorizontalPodAutoscaler each Playground or Service becomes.
-func TestShippedRBACCoversLlmaz(t *testing.T) {
-	const inference = "inference.llmaz.io"
-	assertAllowed(t, []need{
-		{inference, "playgrounds", []string{"get", "list", "watch"}},
-		{inference, "services", []string{"get", "list", "watch", "create", "update", "delete"}},
-		{inference, "backendruntimes", []string{"get", "list", "watch"}},
-		{inference, "playgrounds/status", []string{"update", "patch"}},
-		{inference, "services/status", []string{"update", "patch"}},
-		{inference, "backendruntimes/status", []string{"update", "patch"}},
-		{"llmaz.io", "openmodels", []string{"get", "list", "watch"}},
-		{"autoscaling", "horizontalpodautoscalers", []string{"get", "list", "watch", "create", "update", "delete"}},
-		{"workload.serving.volcano.sh", "modelservings", []string{"get", "list", "watch", "create", "update"}},
-		{"networking.serving.volcano.sh", "modelservers", []string{"get", "list", "watch", "create", "update"}},
-		{"networking.serving.volcano.sh", "modelroutes", []string{"get", "list", "watch", "create", "update"}},
-		{"events.k8s.io", "events", []string{"create", "patch"}},
-	})
 }
 
 // The LeaderWorkerSet reconciler's requests (pkg/lwsserving): LeaderWorkerSets read and their
