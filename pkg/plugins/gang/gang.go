@@ -57,6 +57,11 @@ type Gang struct {
 
 	mu     sync.Mutex
 	states map[string]*groupState
+	// releaseMu serialises the plugin's Allow and Reject of held pods. kube-scheduler's
+	// waitingPod writes its done flag under a read lock (stopWithStatus), so two Rejects of
+	// one pod at once are a data race: the plugin makes its own never overlap, and decides
+	// the wait timeout itself (assemblyTimedOut) before the framework's timers would.
+	releaseMu sync.Mutex
 	// victimOf maps a pod being preempted to the group it makes room for, which is put
 	// back in the queue as each victim leaves.
 	victimOf map[types.UID]victim
@@ -74,7 +79,10 @@ type victim struct {
 // groupState is the plugin's memory of one PodGroup between scheduling cycles; the pods
 // it holds are the placement model's.
 type groupState struct {
-	deadline     time.Time // when the current assembly gives up
+	deadline time.Time // when the current assembly gives up
+	// released: the current assembly was rejected; its held pods' Unreserve that follows is
+	// the release itself, not a new reason to reject.
+	released     bool
 	backoffUntil time.Time
 	reqVersion   string // PodGroup resourceVersion req was built from
 	req          *placement.Requirement

@@ -49,7 +49,11 @@ func (g *Gang) Unreserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, _
 	g.mu.Lock()
 	st := g.states[key]
 	timedOut := st != nil && !st.deadline.IsZero() && !time.Now().Before(st.deadline)
+	released := st != nil && st.released
 	g.mu.Unlock()
+	if released {
+		return
+	}
 
 	pg, req, err := g.podGroup(pod)
 	if err != nil || req.Check(g.placedPods(key, nil)).OK {
@@ -79,10 +83,14 @@ func (g *Gang) Permit(_ context.Context, state fwk.CycleState, pod *corev1.Pod, 
 		return nil, 0
 	}
 	now := time.Now()
+	timeout := g.args.waitTimeout(pg)
 	g.mu.Lock()
 	st := g.stateLocked(key)
 	if st.deadline.IsZero() || now.After(st.deadline) {
-		st.deadline = now.Add(g.args.waitTimeout(pg))
+		st.deadline = now.Add(timeout)
+		st.released = false
+		d := st.deadline
+		time.AfterFunc(timeout, func() { g.assemblyTimedOut(pod, key, d) })
 	}
 	deadline := st.deadline
 	g.mu.Unlock()
@@ -90,8 +98,31 @@ func (g *Gang) Permit(_ context.Context, state fwk.CycleState, pod *corev1.Pod, 
 		g.permitEarly(state, pod, key, claims, deadline)
 		return nil, 0
 	}
-	wait := deadline.Sub(now)
+	// The framework's own timer is a backstop: assemblyTimedOut rejects the group first.
+	wait := deadline.Sub(now) + permitTimerSlack
 	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("waiting for gang %s", key)), wait
+}
+
+// permitTimerSlack is how long after the group's deadline the framework's own Permit timer
+// would reject a held pod, had assemblyTimedOut not released it.
+const permitTimerSlack = 5 * time.Second
+
+// assemblyTimedOut rejects the group whose assembly began with deadline d, if that
+// assembly is still under way (neither allowed nor rejected since) and short of its
+// minimum.
+func (g *Gang) assemblyTimedOut(pod *corev1.Pod, key string, d time.Time) {
+	g.mu.Lock()
+	st := g.states[key]
+	current := st != nil && st.deadline.Equal(d)
+	g.mu.Unlock()
+	if !current {
+		return
+	}
+	pg, req, err := g.podGroup(pod)
+	if err != nil || req.Check(g.placedPods(key, nil)).OK {
+		return
+	}
+	g.rejectGroup(pg, key, reasonTimeout, fmt.Sprintf("the group's minimum was not placed within %s", g.args.waitTimeout(pg)))
 }
 
 // allowGroup releases every held sibling to bind.
@@ -100,12 +131,15 @@ func (g *Gang) allowGroup(pg *volcanov1beta1.PodGroup, key string) {
 	st := g.stateLocked(key)
 	st.deadline = time.Time{}
 	st.endEarlyLocked(true, "")
+	st.released = false
 	g.mu.Unlock()
+	g.releaseMu.Lock()
 	g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		if placement.GroupKey(wp.GetPod()) == key {
 			wp.Allow(Name)
 		}
 	})
+	g.releaseMu.Unlock()
 	g.status.scheduled(pg)
 	gangsScheduled.Inc()
 	// Pods beyond the minimum waited for this moment; they go now.
@@ -121,16 +155,19 @@ func (g *Gang) rejectGroup(pg *volcanov1beta1.PodGroup, key, reason, msg string)
 	st := g.stateLocked(key)
 	st.deadline = time.Time{}
 	st.endEarlyLocked(false, msg)
+	st.released = true
 	alreadyBackingOff := time.Now().Before(st.backoffUntil)
 	if !alreadyBackingOff {
 		st.backoffUntil = time.Now().Add(backoff)
 	}
 	g.mu.Unlock()
+	g.releaseMu.Lock()
 	g.handle.IterateOverWaitingPods(func(wp fwk.WaitingPod) {
 		if placement.GroupKey(wp.GetPod()) == key {
 			wp.Reject(Name, fmt.Sprintf("gang %s released: %s", key, msg))
 		}
 	})
+	g.releaseMu.Unlock()
 	if alreadyBackingOff {
 		return
 	}
