@@ -4,9 +4,11 @@ package cmdtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,4 +62,23 @@ func Run(t *testing.T, timeout time.Duration, args ...string) (output string, ex
 		t.Fatalf("%v: %v", args, err)
 	}
 	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// JSONLines parses every non-empty line of output as one JSON object (a structured log
+// line); the test fails on a line that is not one.
+func JSONLines(t *testing.T, output string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for l := range strings.SplitSeq(output, "\n") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Errorf("not a JSON log line (%v): %s", err, l)
+			continue
+		}
+		lines = append(lines, m)
+	}
+	return lines
 }

@@ -361,8 +361,12 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 			}
 			ends(ttft)
 			x.status = relayed.Status
-			if relayed.Err != nil {
+			switch {
+			case relayed.Err != nil:
 				x.reason = relayed.Err.Error()
+			case relayed.Status >= 500:
+				// The engine's own error, passed on: the log line says who answered it.
+				x.reason = fmt.Sprintf("%s answered %d", dst.name, relayed.Status)
 			}
 			return relayed, relayed.Status/100 == 2
 		}

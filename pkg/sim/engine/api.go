@@ -55,9 +55,17 @@ type usage struct {
 // maxBody bounds request bodies; a 32k-token prompt is ~128 KiB of text.
 const maxBody = 32 << 20
 
-// faultAndBody applies the simulated fault (delay, then error status) and reads the request
-// body, answering failures in the API's own error shape; ok is false when it answered.
+// faultAndBody reads the request body, then applies the simulated fault (delay, then error
+// status), answering failures in the API's own error shape; ok is false when it answered.
+// The body is read first, as a real server reads a request before working on it: an
+// HTTP/1.1 server notices its client going away (and cancels the request's context) only
+// once the body is read, so a delay begun before it would outlive a client that gave up.
 func (s *Server) faultAndBody(w http.ResponseWriter, r *http.Request, fail func(http.ResponseWriter, int, string, string)) (body []byte, ok bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		fail(w, http.StatusBadRequest, "could not read body: "+err.Error(), "")
+		return nil, false
+	}
 	if f := s.currentFault(); f.Delay > 0 || f.Status != 0 {
 		if f.Delay > 0 && !sleepCtx(r.Context(), s.done, f.Delay) {
 			return nil, false
@@ -66,11 +74,6 @@ func (s *Server) faultAndBody(w http.ResponseWriter, r *http.Request, fail func(
 			fail(w, f.Status, fmt.Sprintf("simulated fault: %d %s", f.Status, http.StatusText(f.Status)), "")
 			return nil, false
 		}
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		fail(w, http.StatusBadRequest, "could not read body: "+err.Error(), "")
-		return nil, false
 	}
 	return body, true
 }

@@ -584,3 +584,57 @@ spec:
 	assert.Equal(t, http.StatusBadGateway, statusOf(err), "%v", err)
 	assert.Contains(t, messageOf(err), "certificate")
 }
+
+// A provider that never answers: at the rule's timeout the client gets 504 (promptly, not
+// whenever the provider gives up), and the request to the provider is cancelled then, so
+// the provider (and the router's connection to it) is not held for as long as it cares to
+// wait. Its handler reads the request, as a provider does before it works on it (an
+// HTTP/1.1 server cannot notice its client going away before it has read the body), then
+// waits on the request's context alone: only the router's cancellation ends it.
+func TestProviderTimeoutCancelsTheUpstreamRequest(t *testing.T) {
+	w := newWorld(t, 1)
+	arrived, cancelled := make(chan struct{}, 1), make(chan time.Duration, 1)
+	release := make(chan struct{})
+	silent := httptest.NewTLSServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		_, _ = io.Copy(io.Discard, r.Body)
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			cancelled <- time.Since(start)
+		case <-release: // the test is over; Close waits for handlers
+		}
+	}))
+	t.Cleanup(silent.Close)
+	t.Cleanup(func() { close(release) }) // runs before Close
+	w.secret("key", "apiKey", "sk", true)
+	const timeout = 500 * time.Millisecond
+	w.apply(providerObject("silent", networkingv1alpha1.OpenAI, silent.URL+"/v1", "key", "  model: gpt-sim\n  trafficPolicy: {timeout: 500ms}\n"), `
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: silent}
+spec:
+  modelName: silent
+  rules:
+  - targetModels: [{externalModelProviderName: silent}]
+`)
+	w.waitProvider("silent")
+
+	start := time.Now()
+	_, _, err := chat(w.ctx, client_(0), "silent", "anyone?")
+	took := time.Since(start)
+	assert.Equal(t, http.StatusGatewayTimeout, statusOf(err), "%v", err)
+	assert.Contains(t, messageOf(err), "did not answer within its timeout")
+	assert.Less(t, took, timeout+3*time.Second, "the 504 comes at the timeout, not when the provider gives up")
+	select {
+	case <-arrived:
+	default:
+		t.Fatal("the request never reached the provider")
+	}
+	select {
+	case held := <-cancelled:
+		t.Logf("504 after %s; the provider saw its request cancelled after %s (timeout %s)", took.Round(time.Millisecond), held.Round(time.Millisecond), timeout)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the provider's request was not cancelled within 5s of the client's 504")
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -454,10 +455,15 @@ spec:
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
 		if round == 2 { // scale out by one, then keep replacing pods
 			replicas = 4
-			ms := &workloadv1alpha1.ModelServing{}
-			require.NoError(t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "churn"}, ms))
-			ms.Spec.Replicas = &replicas
-			require.NoError(t, cl.Update(w.ctx, ms))
+			// berth-controller writes the object too (its status): a conflict is retried.
+			require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				ms := &workloadv1alpha1.ModelServing{}
+				if err := cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "churn"}, ms); err != nil {
+					return err
+				}
+				ms.Spec.Replicas = &replicas
+				return cl.Update(w.ctx, ms)
+			}))
 		} else {
 			pods := w.podsOf("churn")
 			require.NotEmpty(t, pods)
