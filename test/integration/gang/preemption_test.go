@@ -475,13 +475,21 @@ func TestPreemptionRandomStreamNoCascade(t *testing.T) {
 	}
 
 	// The victims come back; with nothing of lower priority left to evict they wait, and
-	// no further gang is evicted.
+	// no further gang is evicted. Proof that they were looked at, not just not got to yet:
+	// berth-scheduler tried every pod of each and refused it (or bound it). Preemption is
+	// decided in PostFilter, before that refusal is written, and counted there at once (the
+	// evictions follow in the background), so berth_gang_preemptions_total{result=preempted}
+	// standing still since the victims came back is no preemption by any of them.
+	preemptedBefore, _ := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "preempted"})
 	for _, g := range evicted {
 		pw.recreate(g)
 	}
-	pw.consistently("no further gang is evicted once the victims are back", 8*time.Second, func() bool {
-		return len(pw.ev.groups()) == len(evicted)
-	})
+	for _, g := range evicted {
+		pw.tried(g, 60*time.Second)
+	}
+	preemptedAfter, _ := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "preempted"})
+	require.Equal(t, preemptedBefore, preemptedAfter, "berth_gang_preemptions_total{result=preempted} grew once the victims were back: a victim preempted in turn")
+	require.Equal(t, evicted, pw.ev.groups(), "no further gang is evicted once the victims are back")
 	for i := 0; i < preemptors; i++ {
 		n, _ := pw.bound(fmt.Sprintf("high-%d", i))
 		require.Equal(t, pw.specs[fmt.Sprintf("high-%d", i)].pods, n)
