@@ -356,11 +356,16 @@ func TestPreemptionRespectsDisruptionBudgets(t *testing.T) {
 		return ready == 2
 	})
 
+	preemptedBefore, _ := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "preempted"})
 	pw.gang("high-wide", pw.anywhere(), "high", false, 2, 8, nil)
+	// The scheduler has tried high-wide and decided (the PodGroup names the budget); a
+	// preemption is counted when decided, before its evictions go out.
 	pw.eventually("high-wide's PodGroup names the budget", 30*time.Second, func() bool {
 		return strings.Contains(unschedulableMessage(pw.podGroup("high-wide")), "PodDisruptionBudget "+pw.ns+"/guard")
 	})
-	pw.consistently("nothing is evicted for high-wide", 5*time.Second, func() bool { return len(pw.ev.groups()) == 0 })
+	preemptedAfter, _ := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "preempted"})
+	require.Equal(t, preemptedBefore, preemptedAfter, "berth_gang_preemptions_total{result=preempted} grew for high-wide")
+	require.Empty(t, pw.ev.groups(), "nothing is evicted for high-wide")
 	forbidden, found := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "forbidden"})
 	require.True(t, found && forbidden > 0, "berth_gang_preemptions_total{result=forbidden} counts the refusal")
 
