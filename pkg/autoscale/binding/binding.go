@@ -248,6 +248,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status.LastDecisionTime = &metav1.Time{Time: now}
 
 	err := r.decideBinding(ctx, &b, st, status, now)
+	decisions.WithLabelValues(b.Namespace, seriesLabel(key)).Inc()
 	r.reportDecision(logger, &b, b.Status.Conditions, &status.Conditions, err)
 	if !equalStatus(&b.Status, status) {
 		// A merge patch, not an update: the cache may not show this controller's last write

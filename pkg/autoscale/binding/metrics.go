@@ -35,6 +35,10 @@ var (
 		Name: "berth_autoscaler_scale_total",
 		Help: "Replica changes the autoscaler applied, by direction (up, down).",
 	}, []string{"namespace", "binding", "direction"})
+	decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_autoscaler_decisions_total",
+		Help: "Decisions the autoscaler took for each binding (or policy with its own target), one per sync period, whatever their outcome: a series that stops growing is an autoscaler that stopped looking.",
+	}, []string{"namespace", "binding"})
 	decisionErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_autoscaler_errors_total",
 		Help: "Decisions the autoscaler could not take or apply, by reason.",
@@ -42,7 +46,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(currentReplicas, desiredReplicas, recommendedReplicas, metricValue, metricTarget, panicMode, scaleEvents, decisionErrors)
+	metrics.Registry.MustRegister(currentReplicas, desiredReplicas, recommendedReplicas, metricValue, metricTarget, panicMode, scaleEvents, decisions, decisionErrors)
 }
 
 // forget drops a deleted binding's series.
@@ -52,4 +56,5 @@ func forget(namespace, binding string) {
 		v.DeletePartialMatch(match)
 	}
 	scaleEvents.DeletePartialMatch(match)
+	decisions.DeletePartialMatch(match)
 }

@@ -84,6 +84,7 @@ func (r *Reconciler) ReconcilePolicy(ctx context.Context, req ctrl.Request) (ctr
 	default:
 		err = r.decideOwnTarget(ctx, &p, st, status, now)
 	}
+	decisions.WithLabelValues(p.Namespace, seriesLabel(key)).Inc()
 	r.reportDecision(logger, &p, p.Status.Conditions, &status.Conditions, err)
 	if err := r.writePolicyStatus(ctx, &p, status, st); err != nil {
 		return ctrl.Result{}, err

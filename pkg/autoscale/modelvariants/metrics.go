@@ -43,10 +43,16 @@ var (
 	replicaScaling = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricReplicaScaling, Help: "Total number of replica scaling operations",
 	}, []string{LabelVariantName, LabelNamespace, LabelDirection, LabelReason})
+
+	// Berth's own, beside llm-d's series: how often each variant was sized.
+	sizings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_variant_sizings_total",
+		Help: "Sizings of each variant (a VariantAutoscaling in llm-d v0.5's shape, or an HPA or ScaledObject annotated llm-d.ai/managed) whose result was exported, one per sync period: a series that stops growing is a variant no longer looked at, not one whose size holds.",
+	}, []string{LabelVariantName, LabelNamespace})
 )
 
 func init() {
-	metrics.Registry.MustRegister(desiredReplicas, currentReplicas, desiredRatio, replicaScaling)
+	metrics.Registry.MustRegister(desiredReplicas, currentReplicas, desiredRatio, replicaScaling, sizings)
 }
 
 // exported remembers each variant's accelerator_type, so that a variant whose accelerator
@@ -60,8 +66,10 @@ var (
 type seriesKey struct{ namespace, name string }
 
 // Export sets a variant's wva_current_replicas, wva_desired_replicas and wva_desired_ratio
-// (desired itself when current is 0, as llm-d does).
+// (desired itself when current is 0, as llm-d does), and counts the sizing in
+// berth_variant_sizings_total.
 func Export(namespace, name, accelerator string, current, desired int32) {
+	sizings.WithLabelValues(name, namespace).Inc()
 	if accelerator == "" {
 		accelerator = UnresolvedAccelerator
 	}
@@ -102,4 +110,5 @@ func Forget(namespace, name string) {
 	desiredReplicas.DeletePartialMatch(match)
 	desiredRatio.DeletePartialMatch(match)
 	replicaScaling.DeletePartialMatch(match)
+	sizings.DeletePartialMatch(match)
 }

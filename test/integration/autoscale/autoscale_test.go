@@ -91,7 +91,7 @@ func TestScaleUpUnderLoadAndDownAfterTheWindow(t *testing.T) {
 	assert.Greater(t, b.Status.Metrics[0].Current.AsApproximateFloat64(), 2.0)
 	w.hasEvent("chat", "ScaledUp")
 
-	// Hold the load a moment at 3 replicas, then stop it.
+	// Hold the load a moment at 3 replicas, then stop it (a step of the load, not a check).
 	time.Sleep(time.Second)
 	l.end()
 	stopped := time.Now()
@@ -239,7 +239,7 @@ spec:
 	const grace = 5 * time.Second
 	require.NoError(t, cl.Patch(w.ctx, &workloadv1alpha1.ModelServing{ObjectMeta: metav1.ObjectMeta{Name: "dear", Namespace: w.ns}},
 		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+workloadv1alpha1.ScaleToZeroGracePeriodAnnotation+`":"5s"}}}`))))
-	time.Sleep(2 * syncPeriod) // the autoscaler reads the annotation at its next decisions
+	w.decided(2, "mixed") // the annotation is read at the next decision
 	ended := time.Now()
 	l.end()
 	w.eventually("back to the minimums", 30*time.Second, func() bool { return cheap.last() == 1 && dear.last() == 0 })
@@ -284,18 +284,21 @@ func TestManualScaleAndTheAutoscalerDoNotFight(t *testing.T) {
 	defer l.end()
 	w.eventually("the load's 2 replicas", 30*time.Second, func() bool { return log.last() == 2 })
 	w.waitAvailable("manual", 2)
-	time.Sleep(time.Second)
+	// The autoscaler has decided with the 2 in place (over a scale period), so what it sees
+	// next is a manual change from the count it applied.
+	w.decided(4, "manual")
 
 	w.scale("manual", 5)
 	w.eventually("the watch sees the manual 5", 10*time.Second, func() bool { return log.last() == 5 })
 	w.eventually("back to 2", 30*time.Second, func() bool { return log.last() == 2 })
 	w.waitAvailable("manual", 2)
-	time.Sleep(time.Second)
+	w.decided(4, "manual")
 
 	w.scale("manual", 1)
 	w.eventually("the watch sees the manual 1", 10*time.Second, func() bool { return log.last() == 1 })
 	w.eventually("back to 2 at once", 10*time.Second, func() bool { return log.last() == 2 })
-	time.Sleep(2 * time.Second)
+	// Settled: decisions past one scale period (1 s) and the next ones leave it at 2.
+	w.decided(8, "manual")
 	assert.Equal(t, int32(2), log.last(), "settled")
 	vals := log.values()
 	// From the first 2 on: 2, 5 (manual), 2, 1 (manual), 2 — nothing else.
@@ -362,7 +365,8 @@ spec:
 	assert.Contains(t, err.Error(), "spec.scalingConfiguration.minReplicas: Invalid value")
 	assert.Contains(t, err.Error(), "minReplicas cannot exceed maxReplicas")
 
-	time.Sleep(4 * syncPeriod)
+	// Each bad binding decided again since it reported its problem, and left the target alone.
+	w.decided(2, "unknown-metric", "missing-target", "missing-policy", "invalid-policy", "other-namespace")
 	assert.Equal(t, []int32{1}, log.values(), "no bad binding changed the target's replicas")
 }
 

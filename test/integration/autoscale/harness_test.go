@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -378,3 +379,70 @@ func (w *world) hasEventOn(kind, name, reason string) {
 }
 
 func yamlStrict(doc string, obj any) error { return yaml.UnmarshalStrict([]byte(doc), obj) }
+
+// decisions is how many decisions the autoscaler has taken for a binding (for a policy with
+// its own target, "autoscalingpolicy/<policy>"), read off its berth_autoscaler_decisions_total.
+func (w *world) decisions(binding string) float64 {
+	w.t.Helper()
+	s, err := gather("berth_autoscaler_decisions_total", labels.SelectorFromSet(labels.Set{"namespace": w.ns, "binding": binding}))
+	require.NoError(w.t, err)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[0].value
+}
+
+// decided waits until the autoscaler has taken n more decisions for each binding than it
+// had when called. A check that nothing changed means something only after it: the
+// autoscaler looked at the system since the moment in question and left it as it was,
+// rather than not looking at all (as a fixed sleep cannot tell). With n >= 2, at least one
+// of those decisions started after the call, not just finished after it.
+func (w *world) decided(n int, bindings ...string) {
+	w.t.Helper()
+	since := map[string]float64{}
+	for _, b := range bindings {
+		since[b] = w.decisions(b)
+	}
+	timeout := 10*time.Second + time.Duration(n)*4*syncPeriod
+	deadline := time.Now().Add(timeout)
+	for {
+		behind := ""
+		for _, b := range bindings {
+			if d := w.decisions(b) - since[b]; d < float64(n) {
+				behind += fmt.Sprintf(" %s decided %v times;", b, d)
+			}
+		}
+		if behind == "" {
+			return
+		}
+		require.True(w.t, time.Now().Before(deadline), "the autoscaler did not decide %d more times within %s (by berth_autoscaler_decisions_total):%s", n, timeout, behind)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sizings is how many times a variant (a VariantAutoscaling, or an annotated HPA or
+// ScaledObject) was sized, read off its berth_variant_sizings_total.
+func (w *world) sizings(variant string) float64 {
+	w.t.Helper()
+	s, err := gather("berth_variant_sizings_total", labels.SelectorFromSet(labels.Set{"namespace": w.ns, "variant_name": variant}))
+	require.NoError(w.t, err)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[0].value
+}
+
+// sized waits until the variant was sized n more times than when called: the evidence, as
+// decided's for a binding, that berth-controller looked again before a check that nothing
+// changed.
+func (w *world) sized(n int, variant string) {
+	w.t.Helper()
+	since := w.sizings(variant)
+	timeout := 10*time.Second + time.Duration(n)*4*variantSyncPeriod
+	deadline := time.Now().Add(timeout)
+	for w.sizings(variant)-since < float64(n) {
+		require.True(w.t, time.Now().Before(deadline), "%s was not sized %d more times within %s (by berth_variant_sizings_total): %v times",
+			variant, n, timeout, w.sizings(variant)-since)
+		time.Sleep(50 * time.Millisecond)
+	}
+}

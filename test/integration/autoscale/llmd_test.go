@@ -124,7 +124,9 @@ spec:
 	// Ramp, first step: 3 clients fit in one engine's batch of 4: nothing queues, one
 	// replica is enough (and one cannot give one up).
 	l := w.startLoad("meta/llama-3.1-8b", 3, 200)
-	time.Sleep(5 * time.Second)
+	// Sized with the load in flight (the first sizing may have read the engines before it),
+	// and left at one.
+	w.sized(3, "llama-8b-a100")
 	assert.Equal(t, []int32{1}, log.values(), "no queue, no scale-up")
 
 	// Second step: 24 clients, 200 tokens each, on engines that run 4 at a time: the queue
@@ -240,7 +242,9 @@ spec:
 		s := selected()
 		return len(s) == 1 && s[0].value >= 2
 	})
-	time.Sleep(3 * time.Second)
+	// berth-controller sized the variant again with the desired count above the current one,
+	// and left the replicas to the HPA.
+	w.sized(2, "chat-h100-hpa")
 	assert.Equal(t, []int32{1}, log.values(), "berth-controller does not scale an HPA's target")
 	cur := exported(t, "wva_current_replicas", labels.SelectorFromSet(labels.Set{"variant_name": "chat-h100-hpa"}))
 	require.Len(t, cur, 1)

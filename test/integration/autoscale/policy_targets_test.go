@@ -156,7 +156,10 @@ spec:
 	valid, _, msg := policyCondition(w.policy("typo"), "Valid")
 	assert.Equal(t, "False", valid)
 	assert.Contains(t, msg, "runing")
-	time.Sleep(4 * syncPeriod)
+	// Each bad policy that is decided every period did so again since it reported its
+	// problem ("typo" is invalid: it waits for an edit, and its one decision is the report),
+	// and so did the binding that keeps the target, which holds it at its maximum 1.
+	w.decided(2, "autoscalingpolicy/second", "autoscalingpolicy/missing", "autoscalingpolicy/no-role", "first")
 	assert.Equal(t, []int32{1}, log.values(), "no bad policy changed the target's replicas")
 }
 
@@ -307,7 +310,7 @@ spec:
 
 	// The ramp: 2, then 6, then 12 requests in flight (400 tokens each, about 4 s of decode).
 	l := w.startLoad("pd-model", 2, 400)
-	time.Sleep(6 * time.Second)
+	time.Sleep(6 * time.Second) // a step of the ramp, not a check: the ratio is checked over every version the watch saw
 	l.want.Store(6)
 	w.eventually("decode scaled up for 6 in flight", 30*time.Second, func() bool {
 		rs := roles()

@@ -192,15 +192,26 @@ func TestContentionStalePlanFallsBack(t *testing.T) {
 	w.gated = map[string]bool{second: true}
 	w.createGang(spec.name, spec.minRole, spec.roles...)
 
-	w.consistently("no pod of the gang binds while its second pod is gated", 2*time.Second, func() bool {
-		n, _ := w.bound(spec.name)
-		return n == 0
+	// The scheduler has looked at the gang: its first pod is held in Permit
+	// (berth_gang_waiting_pods), and nothing of it bound.
+	w.eventually("the first pod is held in Permit", 30*time.Second, func() bool {
+		held, _ := counterValue(t, "berth_gang_waiting_pods", nil)
+		return held >= 1
 	})
+	n, _ := w.bound(spec.name)
+	require.Zero(t, n, "a pod of the gang bound while its second pod was gated")
 	w.createBoundPod("filler-n1", n1, 8)
 	w.createBoundPod("filler-n2", n2, 8)
-	// Let the scheduler's informer see the fillers before the second pod is tried.
-	time.Sleep(time.Second)
-	n, _ := w.bound(spec.name)
+	// The scheduler's informer has seen the fillers before the second pod is tried: its
+	// cache (scheduler_cache_size{type="pods"}, refreshed every second) holds every pod the
+	// API shows bound, fillers included, and the held one.
+	w.eventually("the scheduler's cache holds the fillers", 30*time.Second, func() bool {
+		cached, _ := counterValue(t, "scheduler_cache_size", map[string]string{"type": "pods"})
+		pods, err := w.kube.CoreV1().Pods(metav1.NamespaceAll).List(w.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!="})
+		require.NoError(t, err)
+		return cached >= float64(len(pods.Items)+1)
+	})
+	n, _ = w.bound(spec.name)
 	require.Zero(t, n, "a pod of the gang bound while its second pod was still gated")
 	w.ungate(second)
 
@@ -1281,7 +1292,7 @@ func (gw *gangWatch) logStats(t *testing.T) {
 		gw.seed, gw.transients, gw.longest.Round(time.Millisecond), gw.longestKey)
 }
 
-// counterValue sums the samples of a counter in legacyregistry whose labels include want;
+// counterValue sums the samples of a counter (or gauge) in legacyregistry whose labels include want;
 // found says whether any sample matched.
 func counterValue(t *testing.T, name string, want map[string]string) (value float64, found bool) {
 	t.Helper()
@@ -1303,7 +1314,7 @@ func counterValue(t *testing.T, name string, want map[string]string) (value floa
 				}
 			}
 			if match {
-				value += m.GetCounter().GetValue()
+				value += m.GetCounter().GetValue() + m.GetGauge().GetValue() // one of them is set
 				found = true
 			}
 		}

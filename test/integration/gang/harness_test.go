@@ -400,6 +400,32 @@ func (w *world) refused(group, task string, timeout time.Duration) {
 	})
 }
 
+// tried waits until berth-scheduler has tried every pod of group: each is bound, or
+// refused (PodScheduled=False, Unschedulable). Unlike refused, it does not require the group
+// to stay unbound: it is the evidence that the scheduler has looked, whatever it decided.
+func (w *world) tried(group string, timeout time.Duration) {
+	w.t.Helper()
+	w.eventually("berth-scheduler has tried every pod of "+group, timeout, func() bool {
+		pods, err := w.kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{LabelSelector: labelGroup + "=" + group})
+		require.NoError(w.t, err)
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				continue
+			}
+			refused := false
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					refused = true
+				}
+			}
+			if !refused {
+				return false
+			}
+		}
+		return len(pods.Items) > 0
+	})
+}
+
 func (w *world) consistently(what string, d time.Duration, cond func() bool) {
 	w.t.Helper()
 	deadline := time.Now().Add(d)

@@ -356,11 +356,16 @@ func TestPreemptionRespectsDisruptionBudgets(t *testing.T) {
 		return ready == 2
 	})
 
+	preemptedBefore, _ := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "preempted"})
 	pw.gang("high-wide", pw.anywhere(), "high", false, 2, 8, nil)
+	// The scheduler has tried high-wide and decided (the PodGroup names the budget); a
+	// preemption is counted when decided, before its evictions go out.
 	pw.eventually("high-wide's PodGroup names the budget", 30*time.Second, func() bool {
 		return strings.Contains(unschedulableMessage(pw.podGroup("high-wide")), "PodDisruptionBudget "+pw.ns+"/guard")
 	})
-	pw.consistently("nothing is evicted for high-wide", 5*time.Second, func() bool { return len(pw.ev.groups()) == 0 })
+	preemptedAfter, _ := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "preempted"})
+	require.Equal(t, preemptedBefore, preemptedAfter, "berth_gang_preemptions_total{result=preempted} grew for high-wide")
+	require.Empty(t, pw.ev.groups(), "nothing is evicted for high-wide")
 	forbidden, found := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "forbidden"})
 	require.True(t, found && forbidden > 0, "berth_gang_preemptions_total{result=forbidden} counts the refusal")
 
@@ -475,13 +480,21 @@ func TestPreemptionRandomStreamNoCascade(t *testing.T) {
 	}
 
 	// The victims come back; with nothing of lower priority left to evict they wait, and
-	// no further gang is evicted.
+	// no further gang is evicted. Proof that they were looked at, not just not got to yet:
+	// berth-scheduler tried every pod of each and refused it (or bound it). Preemption is
+	// decided in PostFilter, before that refusal is written, and counted there at once (the
+	// evictions follow in the background), so berth_gang_preemptions_total{result=preempted}
+	// standing still since the victims came back is no preemption by any of them.
+	preemptedBefore, _ := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "preempted"})
 	for _, g := range evicted {
 		pw.recreate(g)
 	}
-	pw.consistently("no further gang is evicted once the victims are back", 8*time.Second, func() bool {
-		return len(pw.ev.groups()) == len(evicted)
-	})
+	for _, g := range evicted {
+		pw.tried(g, 60*time.Second)
+	}
+	preemptedAfter, _ := counterValue(t, "berth_gang_preemptions_total", map[string]string{"result": "preempted"})
+	require.Equal(t, preemptedBefore, preemptedAfter, "berth_gang_preemptions_total{result=preempted} grew once the victims were back: a victim preempted in turn")
+	require.Equal(t, evicted, pw.ev.groups(), "no further gang is evicted once the victims are back")
 	for i := 0; i < preemptors; i++ {
 		n, _ := pw.bound(fmt.Sprintf("high-%d", i))
 		require.Equal(t, pw.specs[fmt.Sprintf("high-%d", i)].pods, n)
