@@ -24,7 +24,7 @@ VERSION_PKG := github.com/berth-sh/berth/pkg/version
 VERSION_LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).GitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 BINARIES := scheduler controller router sandbox
 
-.PHONY: all build binaries images run generate manifests chart-files verify-generated vet test test-deps test-unit test-integration clean FORCE
+.PHONY: all build binaries images run generate manifests chart-files verify-generated vet test test-deps test-unit test-integration test-race-integration clean FORCE
 
 all: build
 
@@ -129,9 +129,17 @@ test-unit: test-deps
 
 ## test-integration: test/integration and test/e2e (the sandbox), without -race: each
 ## package starts an apiserver and etcd, which under the race detector run several times
-## slower and would take make test past 30 minutes (.ci/run adds a -race pass over some).
+## slower and would take make test further past 30 minutes. .ci/run adds test-race-integration.
 test-integration: test-deps
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/...
+
+## test-race-integration: the integration packages with the most concurrency of Berth's own
+## (the router's picks, scrapes and drains; the gang plugin's Permit, preemption and plans;
+## the autoscaler's loops) again under the race detector. .ci/run runs it after make test,
+## once per CI run (README.md, Testing, says how long it takes).
+RACE_INTEGRATION_PACKAGES = ./test/integration/router ./test/integration/gang ./test/integration/autoscale
+test-race-integration: test-deps
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_INTEGRATION_PACKAGES)
 
 ## test-deps: what the tests need beyond Go. The router's tests start a real redis-server,
 ## routerbench's smoke test runs nginx (/usr/sbin/nginx) as the router's peer, and the race

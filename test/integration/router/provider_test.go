@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,20 @@ func (w *world) waitProvider(name string) {
 		for _, r := range routers {
 			p := r.View().Snapshot().Provider(w.ns, name)
 			if p == nil || p.Err != nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitRouteModel waits until both routers' ModelRoutes serve model: the route is read by
+// informers apart from the provider, and either can arrive first.
+func (w *world) waitRouteModel(model string) {
+	w.t.Helper()
+	w.eventually("both routers have a ModelRoute for "+model, 30*time.Second, func() bool {
+		for _, r := range routers {
+			if !slices.Contains(r.View().Snapshot().Routes.Models(), model) {
 				return false
 			}
 		}
@@ -619,6 +634,7 @@ spec:
   - targetModels: [{externalModelProviderName: silent}]
 `)
 	w.waitProvider("silent")
+	w.waitRouteModel("silent")
 
 	start := time.Now()
 	_, _, err := chat(w.ctx, client_(0), "silent", "anyone?")
