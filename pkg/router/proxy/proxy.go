@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/berth-sh/berth/pkg/router/jsonscan"
 )
 
 // Proxy holds the upstream HTTP clients: one for engines, two for external providers (with
@@ -291,6 +293,20 @@ type usageBody struct {
 }
 
 func usageOf(body []byte) (in, out int64) {
+	if raw, ok := scanUsage(body); ok {
+		// Only the usage object is decoded: the body's other members (choices, their text)
+		// are checked for syntax and skipped, which is what cost the most here.
+		var u usage
+		if string(raw) == "null" || json.Unmarshal(raw, &u) != nil {
+			return 0, 0
+		}
+		return u.counts()
+	}
+	return decodeUsage(body)
+}
+
+// decodeUsage is usageOf by encoding/json alone.
+func decodeUsage(body []byte) (in, out int64) {
 	var u usageBody
 	if json.Unmarshal(body, &u) != nil || u.Usage == nil {
 		return 0, 0
@@ -498,4 +514,38 @@ func (u *Usage) Tokens() (in, out int64) {
 		return u.counter.tokens()
 	}
 	return usageOf(u.kept.Bytes())
+}
+
+// scanUsage finds the usage member of a non-streaming body without decoding the rest, for
+// the common answer: one JSON object with plain keys, usage at most once, no top-level
+// message (Anthropic puts one only in stream events) and a string type if any. raw is nil
+// when there is no usage. false: usageOf decodes the whole body with encoding/json, which
+// decides every other case (TestUsageScanAgreesWithDecode).
+func scanUsage(body []byte) (raw []byte, ok bool) {
+	i := jsonscan.SkipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return nil, false
+	}
+	seen := false
+	end, ok := jsonscan.Object(body, i, func(key, v []byte) bool {
+		if !jsonscan.PlainKey(key) {
+			return false
+		}
+		switch string(key) {
+		case "usage":
+			if seen {
+				return false
+			}
+			seen, raw = true, v
+		case "type":
+			return v[0] == '"' || string(v) == "null"
+		default:
+			return !strings.EqualFold(string(key), "usage") && !strings.EqualFold(string(key), "type") && !strings.EqualFold(string(key), "message")
+		}
+		return true
+	})
+	if !ok || jsonscan.SkipSpace(body, end) != len(body) {
+		return nil, false
+	}
+	return raw, true
 }

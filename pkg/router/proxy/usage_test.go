@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// The scan of a non-streaming answer's usage reads what encoding/json reads, on answers of
+// both APIs, odd ones, and thousands of random mutations of them.
+func TestUsageScanAgreesWithDecode(t *testing.T) {
+	seeds := []string{
+		`{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Paris"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}`,
+		`{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":5,"cache_creation_input_tokens":2,"cache_read_input_tokens":1,"output_tokens":7}}`,
+		`{"error":{"message":"bad","type":"invalid_request_error"}}`,
+		`{"usage":null}`, `{"usage":{"prompt_tokens":"5"}}`, `{"usage":[1]}`, `{"Usage":{"prompt_tokens":4}}`,
+		`{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`, `{"type":5,"usage":{"output_tokens":1}}`,
+		`{"type":null,"usage":{"output_tokens":1}}`, `{"message":{"usage":{"input_tokens":3}},"usage":{"output_tokens":1}}`,
+		`{"usage":{"output_tokens":1}} x`, `{"usage":{"output_tokens":1}}]`, `not json`, ``, `[]`,
+		`{"u\u0073age":{"output_tokens":1}}`, `{"usage":{"PROMPT_TOKENS":9,"completion_tokens":1.5}}`,
+	}
+	check := func(body string) {
+		t.Helper()
+		wi, wo := decodeUsage([]byte(body))
+		gi, go_ := usageOf([]byte(body))
+		if wi != gi || wo != go_ {
+			t.Fatalf("usage of %q: scan %d/%d, encoding/json %d/%d", body, gi, go_, wi, wo)
+		}
+	}
+	for _, s := range seeds {
+		check(s)
+	}
+	alphabet := []byte(`{}[]:,"\ 0123456789-.etrufalsn` + "\n\xff" + `usagetypemsg`)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 20000 {
+		b := []byte(seeds[rng.IntN(len(seeds))])
+		for range 1 + rng.IntN(3) {
+			if len(b) == 0 {
+				b = append(b, alphabet[rng.IntN(len(alphabet))])
+				continue
+			}
+			i := rng.IntN(len(b))
+			switch c := alphabet[rng.IntN(len(alphabet))]; rng.IntN(3) {
+			case 0:
+				b = append(b[:i], append([]byte{c}, b[i:]...)...)
+			case 1:
+				b = append(b[:i], b[i+1:]...)
+			default:
+				b[i] = c
+			}
+		}
+		check(string(b))
+	}
+}
