@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"syscall"
@@ -143,7 +144,14 @@ func (p *Proxy) Send(ctx context.Context, baseURL, path string, clientHeader htt
 		req.Header.Set(k, v)
 	}
 	req.ContentLength = int64(len(body))
-	return p.client.Do(req)
+	// The transport directly: the client around it adds only redirect handling (none: an
+	// engine never redirects, and CheckRedirect refuses to follow) at a cost on every
+	// request. Errors are wrapped as http.Client wraps them, so messages read the same.
+	resp, err := p.client.Transport.RoundTrip(req)
+	if err != nil {
+		return nil, &url.Error{Op: "Post", URL: req.URL.String(), Err: err}
+	}
+	return resp, nil
 }
 
 // Retryable reports whether an attempt's outcome allows trying another endpoint: a
@@ -210,6 +218,19 @@ const usageCap = 4 << 20
 // largest allocation on the router's path.
 var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
+// keptBuffers hold a non-streaming answer for its usage, reused across requests like
+// relayBuffers; one grown past keptReuseMax is left to the GC rather than kept for ever.
+var keptBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const keptReuseMax = 64 << 10
+
+func putKept(b *bytes.Buffer) {
+	if b.Cap() <= keptReuseMax {
+		b.Reset()
+		keptBuffers.Put(b)
+	}
+}
+
 // Relay writes resp to w, flushing each chunk of a stream as it arrives, and closes
 // resp.Body. With countTokens it also counts the output tokens (for rate limits); without,
 // it does not read the body's JSON at all.
@@ -225,7 +246,8 @@ func Relay(w http.ResponseWriter, resp *http.Response, countTokens bool) Relayed
 	rc := http.NewResponseController(w)
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	var counter tokenCounter
-	var kept bytes.Buffer
+	kept := keptBuffers.Get().(*bytes.Buffer)
+	defer putKept(kept)
 	bp := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(bp)
 	buf := *bp
