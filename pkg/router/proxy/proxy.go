@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -318,8 +319,11 @@ func usageOf(body []byte) (in, out int64) {
 	if raw, ok := scanUsage(body); ok {
 		// Only the usage object is decoded: the body's other members (choices, their text)
 		// are checked for syntax and skipped, which is what cost the most here.
-		var u usage
-		if string(raw) == "null" || json.Unmarshal(raw, &u) != nil {
+		if raw == nil || string(raw) == "null" { // no usage
+			return 0, 0
+		}
+		u, ok := scanUsageCounts(raw)
+		if !ok && json.Unmarshal(raw, &u) != nil {
 			return 0, 0
 		}
 		return u.counts()
@@ -570,4 +574,41 @@ func scanUsage(body []byte) (raw []byte, ok bool) {
 		return nil, false
 	}
 	return raw, true
+}
+
+// usageFields are usage's members by their JSON names.
+var usageFields = []string{"prompt_tokens", "completion_tokens", "input_tokens", "cache_creation_input_tokens",
+	"cache_read_input_tokens", "output_tokens"}
+
+// scanUsageCounts reads a usage object (raw as scanUsage found it) whose keys are plain and
+// whose counts are integers or null; false: decode it with encoding/json.
+func scanUsageCounts(raw []byte) (u usage, ok bool) {
+	if raw[0] != '{' {
+		return u, false
+	}
+	fields := [...]*int64{&u.PromptTokens, &u.CompletionTokens, &u.InputTokens, &u.CacheCreationInputTokens,
+		&u.CacheReadInputTokens, &u.OutputTokens}
+	_, ok = jsonscan.Object(raw, 0, func(key, v []byte) bool {
+		if !jsonscan.PlainKey(key) {
+			return false
+		}
+		for i, name := range usageFields {
+			if string(key) == name {
+				if string(v) == "null" { // encoding/json leaves the field as it is
+					return true
+				}
+				if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
+					return false
+				}
+				n, err := strconv.ParseInt(string(v), 10, 64)
+				*fields[i] = n
+				return err == nil
+			}
+			if strings.EqualFold(string(key), name) {
+				return false
+			}
+		}
+		return true
+	})
+	return u, ok
 }

@@ -1,7 +1,11 @@
 package proxy
 
 import (
+	"context"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 )
 
@@ -17,6 +21,9 @@ func TestUsageScanAgreesWithDecode(t *testing.T) {
 		`{"type":null,"usage":{"output_tokens":1}}`, `{"message":{"usage":{"input_tokens":3}},"usage":{"output_tokens":1}}`,
 		`{"usage":{"output_tokens":1}} x`, `{"usage":{"output_tokens":1}}]`, `not json`, ``, `[]`,
 		`{"u\u0073age":{"output_tokens":1}}`, `{"usage":{"PROMPT_TOKENS":9,"completion_tokens":1.5}}`,
+		`{"usage":{"prompt_tokens":4,"prompt_tokens":6,"completion_tokens":null,"prompt_tokens_details":{"cached_tokens":2},"total_tokens":10}}`,
+		`{"usage":{"prompt_tokens":4,"prompt_tokens":null,"output_tokens":-2,"input_tokens":1e2}}`,
+		`{"usage":{"prompt_tokens":99999999999999999999}}`, `{"usage":{"prompt_tokens":"3"}}`, `{"usage":{"pr\u006fmpt_tokens":3}}`,
 	}
 	check := func(body string) {
 		t.Helper()
@@ -49,5 +56,48 @@ func TestUsageScanAgreesWithDecode(t *testing.T) {
 			}
 		}
 		check(string(b))
+	}
+}
+
+const benchAnswer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Paris is the capital of France."},"finish_reason":"stop"}],"usage":{"prompt_tokens":31,"completion_tokens":8,"total_tokens":39}}`
+
+// BenchmarkSendRelay is the proxy's share of one non-streaming request: Send to an engine on
+// loopback (kept-alive connection) and Relay of its answer, usage counted, to the client.
+func BenchmarkSendRelay(b *testing.B) {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, benchAnswer)
+	}))
+	defer engine.Close()
+	p := New(nil)
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":16}`)
+	header := http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer x"}, "User-Agent": {"bench"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := p.Send(context.Background(), engine.URL, "/v1/chat/completions", header, nil, body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		if r := Relay(w, resp, true); r.Err != nil || r.OutputTokens != 8 {
+			b.Fatalf("relayed %+v", r)
+		}
+	}
+}
+
+// BenchmarkUsage reads a non-streaming answer's usage by the scan (usageOf) and by
+// encoding/json alone (what it did before).
+func BenchmarkUsage(b *testing.B) {
+	body := []byte(benchAnswer)
+	for name, f := range map[string]func([]byte) (int64, int64){"scan": usageOf, "encoding-json": decodeUsage} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, out := f(body); out != 8 {
+					b.Fatal(out)
+				}
+			}
+		})
 	}
 }

@@ -114,12 +114,22 @@ func FuzzScanAgreesWithDecode(f *testing.F) {
 	})
 }
 
+// BenchmarkParse reads a typical chat request by the scan (what Parse does) and by
+// encoding/json alone (what it did before), to keep the difference visible.
 func BenchmarkParse(b *testing.B) {
 	body := []byte(`{"model":"m","messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly."},{"role":"user","content":"What is the capital of France? Please answer in one word."}],"max_tokens":16,"temperature":0.7,"stream":false}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Parse(Chat, body); err != nil {
-			b.Fatal(err)
+	for _, scan := range []bool{true, false} {
+		name := "scan"
+		if !scan {
+			name = "encoding-json"
 		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := parse(Chat, body, scan); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
