@@ -111,10 +111,34 @@ func (p *Proxy) Client() *http.Client { return p.client }
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 func copyHeader(dst, src http.Header) {
-	for k, vs := range src {
-		dst[k] = append([]string(nil), vs...)
+	_, srcConn := src["Connection"]
+	_, dstConn := dst["Connection"]
+	if srcConn || dstConn {
+		for k, vs := range src {
+			dst[k] = append([]string(nil), vs...)
+		}
+		StripHopByHop(dst)
+		return
 	}
-	StripHopByHop(dst)
+	// No Connection header, so the hop-by-hop headers are the fixed ones: copy the rest
+	// with one allocation for all values (as Header.Clone does) and delete those from dst,
+	// which is what StripHopByHop would do, without its parsing and canonicalising.
+	n := 0
+	for _, vs := range src {
+		n += len(vs)
+	}
+	all := make([]string, n)
+	for k, vs := range src {
+		if len(vs) == 0 {
+			dst[k] = nil
+			continue
+		}
+		n := copy(all, vs)
+		dst[k], all = all[:n:n], all[n:]
+	}
+	for _, name := range hopByHop {
+		delete(dst, name)
+	}
 }
 
 // StripHopByHop deletes from h, in place, the headers a proxy must not forward: those the

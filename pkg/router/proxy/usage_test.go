@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 )
 
@@ -99,5 +100,33 @@ func BenchmarkUsage(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// copyHeader leaves dst as copying every header and then StripHopByHop would, whether or not
+// a Connection header names more, in src or already in dst.
+func TestCopyHeaderStripsAsStripHopByHop(t *testing.T) {
+	srcs := []http.Header{
+		{"Content-Type": {"application/json"}, "Keep-Alive": {"timeout=5"}, "Te": {"trailers"}, "X-A": {"1", "2"}, "X-Empty": {}},
+		{"Connection": {"X-A, keep-alive"}, "X-A": {"1"}, "X-B": {"2"}, "Upgrade": {"h2c"}},
+		{"X-B": {"2"}, "Transfer-Encoding": {"chunked"}},
+	}
+	dsts := []func() http.Header{
+		func() http.Header { return http.Header{} },
+		func() http.Header { return http.Header{"X-Berth-Endpoint": {"e"}, "Trailer": {"x"}} },
+		func() http.Header { return http.Header{"Connection": {"X-Berth-Endpoint"}, "X-Berth-Endpoint": {"e"}} },
+	}
+	for _, src := range srcs {
+		for _, dst := range dsts {
+			want, got := dst(), dst()
+			for k, vs := range src {
+				want[k] = append([]string(nil), vs...)
+			}
+			StripHopByHop(want)
+			copyHeader(got, src)
+			if !reflect.DeepEqual(want, got) {
+				t.Fatalf("copyHeader(%v, %v) = %v, want %v", dst(), src, got, want)
+			}
+		}
 	}
 }
