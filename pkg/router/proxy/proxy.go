@@ -15,10 +15,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/berth-sh/berth/pkg/router/jsonscan"
 )
 
 // Proxy holds the upstream HTTP clients: one for engines, two for external providers (with
@@ -107,10 +111,34 @@ func (p *Proxy) Client() *http.Client { return p.client }
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 func copyHeader(dst, src http.Header) {
-	for k, vs := range src {
-		dst[k] = append([]string(nil), vs...)
+	_, srcConn := src["Connection"]
+	_, dstConn := dst["Connection"]
+	if srcConn || dstConn {
+		for k, vs := range src {
+			dst[k] = append([]string(nil), vs...)
+		}
+		StripHopByHop(dst)
+		return
 	}
-	StripHopByHop(dst)
+	// No Connection header, so the hop-by-hop headers are the fixed ones: copy the rest
+	// with one allocation for all values (as Header.Clone does) and delete those from dst,
+	// which is what StripHopByHop would do, without its parsing and canonicalising.
+	n := 0
+	for _, vs := range src {
+		n += len(vs)
+	}
+	all := make([]string, n)
+	for k, vs := range src {
+		if len(vs) == 0 {
+			dst[k] = nil
+			continue
+		}
+		n := copy(all, vs)
+		dst[k], all = all[:n:n], all[n:]
+	}
+	for _, name := range hopByHop {
+		delete(dst, name)
+	}
 }
 
 // StripHopByHop deletes from h, in place, the headers a proxy must not forward: those the
@@ -141,7 +169,14 @@ func (p *Proxy) Send(ctx context.Context, baseURL, path string, clientHeader htt
 		req.Header.Set(k, v)
 	}
 	req.ContentLength = int64(len(body))
-	return p.client.Do(req)
+	// The transport directly: the client around it adds only redirect handling (none: an
+	// engine never redirects, and CheckRedirect refuses to follow) at a cost on every
+	// request. Errors are wrapped as http.Client wraps them, so messages read the same.
+	resp, err := p.client.Transport.RoundTrip(req)
+	if err != nil {
+		return nil, &url.Error{Op: "Post", URL: req.URL.String(), Err: err}
+	}
+	return resp, nil
 }
 
 // Retryable reports whether an attempt's outcome allows trying another endpoint: a
@@ -208,6 +243,19 @@ const usageCap = 4 << 20
 // largest allocation on the router's path.
 var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
+// keptBuffers hold a non-streaming answer for its usage, reused across requests like
+// relayBuffers; one grown past keptReuseMax is left to the GC rather than kept for ever.
+var keptBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const keptReuseMax = 64 << 10
+
+func putKept(b *bytes.Buffer) {
+	if b.Cap() <= keptReuseMax {
+		b.Reset()
+		keptBuffers.Put(b)
+	}
+}
+
 // Relay writes resp to w, flushing each chunk of a stream as it arrives, and closes
 // resp.Body. With countTokens it also counts the output tokens (for rate limits); without,
 // it does not read the body's JSON at all.
@@ -223,7 +271,8 @@ func Relay(w http.ResponseWriter, resp *http.Response, countTokens bool) Relayed
 	rc := http.NewResponseController(w)
 	stream := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	var counter tokenCounter
-	var kept bytes.Buffer
+	kept := keptBuffers.Get().(*bytes.Buffer)
+	defer putKept(kept)
 	bp := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(bp)
 	buf := *bp
@@ -291,6 +340,23 @@ type usageBody struct {
 }
 
 func usageOf(body []byte) (in, out int64) {
+	if raw, ok := scanUsage(body); ok {
+		// Only the usage object is decoded: the body's other members (choices, their text)
+		// are checked for syntax and skipped, which is what cost the most here.
+		if raw == nil || string(raw) == "null" { // no usage
+			return 0, 0
+		}
+		u, ok := scanUsageCounts(raw)
+		if !ok && json.Unmarshal(raw, &u) != nil {
+			return 0, 0
+		}
+		return u.counts()
+	}
+	return decodeUsage(body)
+}
+
+// decodeUsage is usageOf by encoding/json alone.
+func decodeUsage(body []byte) (in, out int64) {
 	var u usageBody
 	if json.Unmarshal(body, &u) != nil || u.Usage == nil {
 		return 0, 0
@@ -498,4 +564,75 @@ func (u *Usage) Tokens() (in, out int64) {
 		return u.counter.tokens()
 	}
 	return usageOf(u.kept.Bytes())
+}
+
+// scanUsage finds the usage member of a non-streaming body without decoding the rest, for
+// the common answer: one JSON object with plain keys, usage at most once, no top-level
+// message (Anthropic puts one only in stream events) and a string type if any. raw is nil
+// when there is no usage. false: usageOf decodes the whole body with encoding/json, which
+// decides every other case (TestUsageScanAgreesWithDecode).
+func scanUsage(body []byte) (raw []byte, ok bool) {
+	i := jsonscan.SkipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return nil, false
+	}
+	seen := false
+	end, ok := jsonscan.Object(body, i, func(key, v []byte) bool {
+		if !jsonscan.PlainKey(key) {
+			return false
+		}
+		switch string(key) {
+		case "usage":
+			if seen {
+				return false
+			}
+			seen, raw = true, v
+		case "type":
+			return v[0] == '"' || string(v) == "null"
+		default:
+			return !strings.EqualFold(string(key), "usage") && !strings.EqualFold(string(key), "type") && !strings.EqualFold(string(key), "message")
+		}
+		return true
+	})
+	if !ok || jsonscan.SkipSpace(body, end) != len(body) {
+		return nil, false
+	}
+	return raw, true
+}
+
+// usageFields are usage's members by their JSON names.
+var usageFields = []string{"prompt_tokens", "completion_tokens", "input_tokens", "cache_creation_input_tokens",
+	"cache_read_input_tokens", "output_tokens"}
+
+// scanUsageCounts reads a usage object (raw as scanUsage found it) whose keys are plain and
+// whose counts are integers or null; false: decode it with encoding/json.
+func scanUsageCounts(raw []byte) (u usage, ok bool) {
+	if raw[0] != '{' {
+		return u, false
+	}
+	fields := [...]*int64{&u.PromptTokens, &u.CompletionTokens, &u.InputTokens, &u.CacheCreationInputTokens,
+		&u.CacheReadInputTokens, &u.OutputTokens}
+	_, ok = jsonscan.Object(raw, 0, func(key, v []byte) bool {
+		if !jsonscan.PlainKey(key) {
+			return false
+		}
+		for i, name := range usageFields {
+			if string(key) == name {
+				if string(v) == "null" { // encoding/json leaves the field as it is
+					return true
+				}
+				if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
+					return false
+				}
+				n, err := strconv.ParseInt(string(v), 10, 64)
+				*fields[i] = n
+				return err == nil
+			}
+			if strings.EqualFold(string(key), name) {
+				return false
+			}
+		}
+		return true
+	})
+	return u, ok
 }

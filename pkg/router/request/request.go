@@ -11,7 +11,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/berth-sh/berth/pkg/router/jsonscan"
 )
 
 // Kind is the OpenAI endpoint a request was sent to.
@@ -114,14 +117,28 @@ type streamOptions struct {
 }
 
 // Parse reads body as a request of the given kind. Errors are *Error, each naming the field.
-func Parse(kind Kind, body []byte) (*Request, error) {
+func Parse(kind Kind, body []byte) (*Request, error) { return parse(kind, body, true) }
+
+// parse is Parse, with scan false to take encoding/json's path whatever the body (for tests
+// that compare the two).
+func parse(kind Kind, body []byte, scan bool) (*Request, error) {
 	var f fields
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&f); err != nil {
-		return nil, &Error{Message: "request body is not a JSON object: " + jsonProblem(err)}
+	ok := false
+	if scan {
+		f, ok = scanFields(body)
 	}
-	if dec.More() {
-		return nil, &Error{Message: "request body has data after its JSON object"}
+	if !ok {
+		// Anything the scan does not take (bad JSON, escaped or case-folded keys, repeated
+		// fields, wrong types) is decoded by encoding/json, whose result and errors are the
+		// reference.
+		f = fields{}
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if err := dec.Decode(&f); err != nil {
+			return nil, &Error{Message: "request body is not a JSON object: " + jsonProblem(err)}
+		}
+		if dec.More() {
+			return nil, &Error{Message: "request body has data after its JSON object"}
+		}
 	}
 	if f.Model == nil || *f.Model == "" {
 		return nil, &Error{Param: "model", Message: "model is required"}
@@ -187,6 +204,9 @@ func contentText(raw json.RawMessage) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
+	if p, ok := jsonscan.PlainString(raw); ok {
+		return string(p), nil
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
 		return s, nil
@@ -208,6 +228,9 @@ func contentText(raw json.RawMessage) (string, error) {
 func promptText(raw json.RawMessage) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", errors.New("is required")
+	}
+	if p, ok := jsonscan.PlainString(raw); ok {
+		return string(p), nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
@@ -253,4 +276,185 @@ func Rewrite(body []byte, set map[string]any) ([]byte, error) {
 		obj[k] = raw
 	}
 	return json.Marshal(obj)
+}
+
+// fieldNames are the members fields reads, top level and nested: a key that differs from one
+// of them only in case is one encoding/json would match, so the scan leaves it to json.
+var fieldNames = []string{"model", "system", "stream", "stream_options", "messages", "prompt", "max_tokens",
+	"max_completion_tokens", "include_usage", "role", "content"}
+
+// foldsToField reports whether key (plain ASCII) is not a field name but encoding/json would
+// match it to one.
+func foldsToField(key []byte) bool {
+	for _, n := range fieldNames {
+		if len(n) == len(key) && string(key) != n && strings.EqualFold(string(key), n) {
+			return true
+		}
+	}
+	return false
+}
+
+// scanFields reads body's fields without a reflective decode, for the common request: one
+// JSON object, plain keys, each field at most once and of its type. false: decode with
+// encoding/json (which this must then agree with; TestScanAgreesWithDecode checks it).
+func scanFields(body []byte) (f fields, ok bool) {
+	var seen uint
+	i := jsonscan.SkipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return f, false
+	}
+	end, ok := jsonscan.Object(body, i, func(key, v []byte) bool {
+		if !jsonscan.PlainKey(key) {
+			return false
+		}
+		var bit uint
+		null := string(v) == "null"
+		switch string(key) {
+		case "model":
+			bit = 1
+			if !null {
+				s, ok := jsonscan.PlainString(v)
+				if !ok {
+					return false
+				}
+				m := string(s)
+				f.Model = &m
+			}
+		case "system":
+			bit, f.System = 2, v
+		case "stream":
+			bit = 4
+			switch string(v) {
+			case "true":
+				f.Stream = true
+			case "false", "null":
+			default:
+				return false
+			}
+		case "stream_options":
+			bit = 8
+			if !null && !scanStreamOptions(v, &f) {
+				return false
+			}
+		case "messages":
+			bit = 16
+			if !null && !scanMessages(v, &f) {
+				return false
+			}
+		case "prompt":
+			bit, f.Prompt = 32, v
+		case "max_tokens":
+			bit = 64
+			if !scanInt(v, &f.MaxTokens) {
+				return false
+			}
+		case "max_completion_tokens":
+			bit = 128
+			if !scanInt(v, &f.MaxCompletionTokens) {
+				return false
+			}
+		default:
+			return !foldsToField(key)
+		}
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	})
+	return f, ok && jsonscan.SkipSpace(body, end) == len(body)
+}
+
+func scanInt(v []byte, p **int64) bool {
+	if string(v) == "null" {
+		return true
+	}
+	if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
+		return false
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return false
+	}
+	*p = &n
+	return true
+}
+
+func scanStreamOptions(v []byte, f *fields) bool {
+	if v[0] != '{' {
+		return false
+	}
+	so := &streamOptions{}
+	seen := false
+	_, ok := jsonscan.Object(v, 0, func(key, v []byte) bool {
+		if !jsonscan.PlainKey(key) {
+			return false
+		}
+		if string(key) != "include_usage" {
+			return !foldsToField(key)
+		}
+		if seen {
+			return false
+		}
+		seen = true
+		switch string(v) {
+		case "true":
+			so.IncludeUsage = true
+		case "false", "null":
+		default:
+			return false
+		}
+		return true
+	})
+	f.StreamOptions = so
+	return ok
+}
+
+func scanMessages(v []byte, f *fields) bool {
+	if v[0] != '[' {
+		return false
+	}
+	msgs := make([]message, 0, 4)
+	_, ok := jsonscan.Array(v, 0, func(e []byte) bool {
+		var m message
+		switch e[0] {
+		case 'n': // null: a zero message, as encoding/json leaves it
+		case '{':
+			var seen uint
+			if _, ok := jsonscan.Object(e, 0, func(key, v []byte) bool {
+				if !jsonscan.PlainKey(key) {
+					return false
+				}
+				var bit uint
+				switch string(key) {
+				case "role":
+					bit = 1
+					if string(v) != "null" {
+						s, ok := jsonscan.PlainString(v)
+						if !ok {
+							return false
+						}
+						m.Role = string(s)
+					}
+				case "content":
+					bit, m.Content = 2, v
+				default:
+					return !foldsToField(key)
+				}
+				if seen&bit != 0 {
+					return false
+				}
+				seen |= bit
+				return true
+			}); !ok {
+				return false
+			}
+		default:
+			return false
+		}
+		msgs = append(msgs, m)
+		return true
+	})
+	f.Messages = msgs
+	return ok
 }
