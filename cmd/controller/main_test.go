@@ -1,11 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,27 +34,5 @@ func TestFlagsDoc(t *testing.T) {
 // then the failure to find a cluster, and a non-zero exit. --zap-encoder=console switches
 // to text.
 func TestLogsAreJSONLines(t *testing.T) {
-	t.Setenv("KUBECONFIG", "/nonexistent")
-	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a pod either
-	out, code := cmdtest.Run(t, time.Minute)
-	assert.NotZero(t, code, "no cluster: %s", out)
-	lines := cmdtest.JSONLines(t, out)
-	require.NotEmpty(t, lines, "logged nothing")
-	for _, l := range lines {
-		for _, key := range []string{"level", "ts", "msg"} {
-			assert.Contains(t, l, key, "%v", l)
-		}
-	}
-	assert.Equal(t, "starting berth-controller", lines[0]["msg"])
-	assert.Equal(t, "info", lines[0]["level"])
-	assert.Equal(t, version.Get().Version, lines[0]["version"], "%v", lines[0])
-	last := lines[len(lines)-1]
-	assert.Equal(t, "error", last["level"], "%v", last)
-	assert.Contains(t, last["msg"], "kubeconfig", "%v", last)
-	assert.NotEmpty(t, last["error"], "%v", last)
-
-	out, _ = cmdtest.Run(t, time.Minute, "--zap-encoder=console")
-	first, _, _ := strings.Cut(out, "\n")
-	assert.False(t, json.Valid([]byte(first)), "with --zap-encoder=console: %s", first)
-	assert.Contains(t, first, "starting berth-controller")
+	cmdtest.CheckJSONLogs(t, "berth-controller", version.Get().Version)
 }

@@ -82,3 +82,42 @@ func JSONLines(t *testing.T, output string) []map[string]any {
 	}
 	return lines
 }
+
+// CheckJSONLogs runs the command (named name in its start line) with no cluster to find and
+// checks what a user of its logs relies on (docs/flags.md): JSON lines by default, each
+// with its level, time and message; first "starting <name>" with the version, last an
+// error about the kubeconfig with the error; a non-zero exit; and text instead with
+// --zap-encoder=console.
+func CheckJSONLogs(t *testing.T, name, version string) {
+	t.Helper()
+	t.Setenv("KUBECONFIG", "/nonexistent")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a pod either
+	out, code := Run(t, time.Minute)
+	if code == 0 {
+		t.Errorf("exited 0 without a cluster: %s", out)
+	}
+	lines := JSONLines(t, out)
+	if len(lines) == 0 {
+		t.Fatalf("logged nothing: %s", out)
+	}
+	for _, l := range lines {
+		for _, key := range []string{"level", "ts", "msg"} {
+			if _, ok := l[key]; !ok {
+				t.Errorf("log line without %q: %v", key, l)
+			}
+		}
+	}
+	first, last := lines[0], lines[len(lines)-1]
+	if first["msg"] != "starting "+name || first["level"] != "info" || first["version"] != version {
+		t.Errorf("first line: want info \"starting %s\" with version %s, got %v", name, version, first)
+	}
+	if msg, _ := last["msg"].(string); last["level"] != "error" || !strings.Contains(msg, "kubeconfig") || last["error"] == nil || last["error"] == "" {
+		t.Errorf("last line: want an error about the kubeconfig with the error, got %v", last)
+	}
+
+	out, _ = Run(t, time.Minute, "--zap-encoder=console")
+	head, _, _ := strings.Cut(out, "\n")
+	if json.Valid([]byte(head)) || !strings.Contains(head, "starting "+name) {
+		t.Errorf("with --zap-encoder=console, want a text start line, got: %s", head)
+	}
+}
