@@ -162,11 +162,9 @@ func (g *Gang) PreBind(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	case <-ctx.Done():
 		return fwk.AsStatus(ctx.Err())
 	}
-	g.mu.Lock()
-	allowed, msg := s.release.allowed, s.release.msg
-	g.mu.Unlock()
-	if !allowed {
-		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s released: %s", s.key, msg))
+	// endEarlyLocked wrote the verdict before closing done: reading it needs no lock.
+	if !s.release.allowed {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s released: %s", s.key, s.release.msg))
 	}
 	klog.FromContext(ctx).V(4).Info("Pod let through ahead of its gang binds with it", "pod", klog.KObj(pod), "group", s.key)
 	return nil

@@ -9,6 +9,7 @@ package jsonscan
 
 import (
 	"bytes"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -254,4 +255,18 @@ func PlainKey(key []byte) bool {
 		}
 	}
 	return true
+}
+
+// Int reads v, a JSON value as Value delimits it, as an int64 field would decode it: null
+// is reported as such (encoding/json leaves the field as it was); a number that is an
+// integer in range is returned. false: not one of those (a string, a fraction, too big).
+func Int(v []byte) (n int64, null, ok bool) {
+	if string(v) == "null" {
+		return 0, true, true
+	}
+	if len(v) == 0 || v[0] != '-' && (v[0] < '0' || v[0] > '9') {
+		return 0, false, false
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	return n, false, err == nil
 }

@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -618,15 +617,11 @@ func scanUsageCounts(raw []byte) (u usage, ok bool) {
 		}
 		for i, name := range usageFields {
 			if string(key) == name {
-				if string(v) == "null" { // encoding/json leaves the field as it is
-					return true
+				n, null, ok := jsonscan.Int(v)
+				if ok && !null { // null: encoding/json leaves the field as it is
+					*fields[i] = n
 				}
-				if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
-					return false
-				}
-				n, err := strconv.ParseInt(string(v), 10, 64)
-				*fields[i] = n
-				return err == nil
+				return ok
 			}
 			if strings.EqualFold(string(key), name) {
 				return false

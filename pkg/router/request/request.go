@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/berth-sh/berth/pkg/router/jsonscan"
@@ -365,19 +364,13 @@ func scanFields(body []byte) (f fields, ok bool) {
 	return f, ok && jsonscan.SkipSpace(body, end) == len(body)
 }
 
+// scanInt sets *p from v as encoding/json decodes a *int64 field (null leaves it nil).
 func scanInt(v []byte, p **int64) bool {
-	if string(v) == "null" {
-		return true
+	n, null, ok := jsonscan.Int(v)
+	if ok && !null {
+		*p = &n
 	}
-	if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
-		return false
-	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
-		return false
-	}
-	*p = &n
-	return true
+	return ok
 }
 
 func scanStreamOptions(v []byte, f *fields) bool {

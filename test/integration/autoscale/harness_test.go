@@ -383,8 +383,13 @@ func yamlStrict(doc string, obj any) error { return yaml.UnmarshalStrict([]byte(
 // decisions is how many decisions the autoscaler has taken for a binding (for a policy with
 // its own target, "autoscalingpolicy/<policy>"), read off its berth_autoscaler_decisions_total.
 func (w *world) decisions(binding string) float64 {
+	return w.counter("berth_autoscaler_decisions_total", labels.Set{"namespace": w.ns, "binding": binding})
+}
+
+// counter is the value of the metric's one series with these labels, 0 before it exists.
+func (w *world) counter(metric string, set labels.Set) float64 {
 	w.t.Helper()
-	s, err := gather("berth_autoscaler_decisions_total", labels.SelectorFromSet(labels.Set{"namespace": w.ns, "binding": binding}))
+	s, err := gather(metric, labels.SelectorFromSet(set))
 	require.NoError(w.t, err)
 	if len(s) == 0 {
 		return 0
@@ -423,13 +428,7 @@ func (w *world) decided(n int, bindings ...string) {
 // sizings is how many times a variant (a VariantAutoscaling, or an annotated HPA or
 // ScaledObject) was sized, read off its berth_variant_sizings_total.
 func (w *world) sizings(variant string) float64 {
-	w.t.Helper()
-	s, err := gather("berth_variant_sizings_total", labels.SelectorFromSet(labels.Set{"namespace": w.ns, "variant_name": variant}))
-	require.NoError(w.t, err)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[0].value
+	return w.counter("berth_variant_sizings_total", labels.Set{"namespace": w.ns, "variant_name": variant})
 }
 
 // sized waits until the variant was sized n more times than when called: the evidence, as
