@@ -190,8 +190,14 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 				obj = d.Obj
 			}
 			if pod, ok := obj.(*corev1.Pod); ok {
-				g.forget(placement.GroupKey(pod))
+				key := placement.GroupKey(pod)
+				g.forget(key)
 				g.victimGone(pod)
+				// The PodGroup counts placed pods: one fewer now (a preempted group's status
+				// was written while the cache may still have shown its pods bound).
+				if key != "" && pod.Spec.SchedulerName == profile {
+					g.status.enqueue(key)
+				}
 			}
 		},
 	}); err != nil {

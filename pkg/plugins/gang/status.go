@@ -244,12 +244,19 @@ func desiredStatus(pg *volcanov1beta1.PodGroup, pods []*corev1.Pod, d decision, 
 		}
 	}
 	st := volcanov1beta1.PodGroupStatus{Running: running, Succeeded: succeeded, Failed: failed, Phase: volcanov1beta1.PodGroupPending}
-	placedMin := placed >= pg.Spec.MinMember && placed > 0
+	// A preempted group's pods are on their way out: the scheduler's pod cache may still
+	// show them bound for a moment after the evictions, and the status must say what
+	// happened, not what the cache has not caught up with. A newer verdict (the group placed
+	// again, or refused) replaces this one.
+	preempted := d.reason == reasonPreempted
+	placedMin := placed >= pg.Spec.MinMember && placed > 0 && !preempted
 	if placedMin {
 		st.Phase = volcanov1beta1.PodGroupRunning
 	}
 	var conds []volcanov1beta1.PodGroupCondition
 	switch {
+	case preempted:
+		conds = append(conds, condition(pg, volcanov1beta1.PodGroupUnschedulableType, corev1.ConditionTrue, d.reason, d.message, now))
 	case placedMin || d.scheduled:
 		conds = append(conds, condition(pg, volcanov1beta1.PodGroupScheduled, corev1.ConditionTrue, reasonScheduled,
 			fmt.Sprintf("%d/%d pods placed", placed, pg.Spec.MinMember), now))

@@ -301,9 +301,13 @@ func TestManualScaleAndTheAutoscalerDoNotFight(t *testing.T) {
 	w.decided(8, "manual")
 	assert.Equal(t, int32(2), log.last(), "settled")
 	vals := log.values()
-	// From the first 2 on: 2, 5 (manual), 2, 1 (manual), 2 — nothing else.
+	// From the first 2 on: 2, 5 (manual), down to 2, 1 (manual), up to 2, and nothing else.
+	// The way back from a manual change may take more than one step when a decision saw a
+	// sample from before the load had spread over the new pods (the engines' gauges are
+	// scraped, not exact); what fighting would show is a reversal: a step away from 2 that
+	// no manual change explains.
 	i := slices.Index(vals, 2)
-	assert.Equal(t, []int32{2, 5, 2, 1, 2}, vals[i:], "one move back per manual change: %v", vals)
+	assert.NoError(t, oneWayBack(vals[i:], 2, 5, 1), "the autoscaler goes back to its 2 after each manual change, one way: %v", vals)
 	w.hasEvent("manual", "ManualScaleObserved")
 }
 
@@ -375,4 +379,42 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// oneWayBack checks a replica sequence that starts at the autoscaler's count want, is
+// scaled by hand to each of manual in turn, and after each returns to want: every step
+// between two manual changes moves towards want (never away, never past it), and the
+// sequence ends at want.
+func oneWayBack(vals []int32, want int32, manual ...int32) error {
+	if len(vals) == 0 || vals[0] != want {
+		return fmt.Errorf("the sequence does not start at %d", want)
+	}
+	j := 1
+	for _, m := range manual {
+		if j >= len(vals) || vals[j] != m {
+			return fmt.Errorf("step %d: want the manual %d", j, m)
+		}
+		j++
+		for j < len(vals) && vals[j-1] != want {
+			prev, cur := vals[j-1], vals[j]
+			if (cur-want)*(prev-want) < 0 || abs32(cur-want) >= abs32(prev-want) {
+				return fmt.Errorf("step %d: %d -> %d moves away from (or past) %d", j, prev, cur, want)
+			}
+			j++
+		}
+		if vals[j-1] != want {
+			return fmt.Errorf("after the manual %d the sequence ends at %d, not %d", m, vals[j-1], want)
+		}
+	}
+	if j != len(vals) {
+		return fmt.Errorf("steps after the last return to %d: %v", want, vals[j:])
+	}
+	return nil
+}
+
+func abs32(v int32) int32 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }

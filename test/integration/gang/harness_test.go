@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
 	volcanobatchv1alpha1 "volcano.sh/apis/pkg/apis/batch/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -108,6 +109,43 @@ func (w *world) dumpOnFailure() {
 			w.t.Logf("podgroup %s phase=%s conditions=%+v", pg.Name, pg.Status.Phase, pg.Status.Conditions)
 		}
 	}
+	w.t.Logf("scheduler queue and attempts: %s", schedulerQueueSummary())
+}
+
+// schedulerQueueSummary reads kube-scheduler's own queue and attempt metrics, so a pod
+// with no PodScheduled condition can be told apart: gated (PreEnqueue), queued behind
+// others (active, backoff) or parked unschedulable; and how long cycles took.
+func schedulerQueueSummary() string {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, mf := range families {
+		switch mf.GetName() {
+		case "scheduler_pending_pods", "scheduler_schedule_attempts_total", "scheduler_queue_incoming_pods_total":
+			for _, m := range mf.GetMetric() {
+				var labels []string
+				for _, l := range m.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				parts = append(parts, fmt.Sprintf("%s{%s}=%g", mf.GetName(), strings.Join(labels, ","), m.GetCounter().GetValue()+m.GetGauge().GetValue()))
+			}
+		case "scheduler_scheduling_attempt_duration_seconds", "scheduler_framework_extension_point_duration_seconds":
+			for _, m := range mf.GetMetric() {
+				h := m.GetHistogram()
+				if h.GetSampleCount() == 0 {
+					continue
+				}
+				var labels []string
+				for _, l := range m.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				parts = append(parts, fmt.Sprintf("%s{%s}: n=%d mean=%.1fms", mf.GetName(), strings.Join(labels, ","), h.GetSampleCount(), 1000*h.GetSampleSum()/float64(h.GetSampleCount())))
+			}
+		}
+	}
+	return "\n  " + strings.Join(parts, "\n  ")
 }
 
 // cleanup removes the test's pods (at once: no kubelet runs here to finish a graceful
