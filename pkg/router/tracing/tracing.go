@@ -118,7 +118,7 @@ func (e countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.Read
 type endCounter struct{ c *counters }
 
 func (endCounter) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (e endCounter) OnEnd(sdktrace.ReadOnlySpan)                  { e.c.ended.Inc() }
+func (e endCounter) OnEnd(sdktrace.ReadOnlySpan)                   { e.c.ended.Inc() }
 func (endCounter) Shutdown(context.Context) error                  { return nil }
 func (endCounter) ForceFlush(context.Context) error                { return nil }
 
