@@ -240,10 +240,6 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 		draining: make(chan struct{}),
 	}
 	r.scraper.OwnLoad = picker.InFlight
-	if r.tracer, err = tracing.New(o.Tracing, r.metrics.registry); err != nil {
-		return nil, err
-	}
-	p.TraceWith(r.tracer)
 	if !o.DisableGateway {
 		if err := apicheck.Check(cfg, "berth-router", gatewayAPIs()); err != nil {
 			if o.EPPPool != "" {
@@ -260,6 +256,11 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 			return nil, err
 		}
 	}
+	// Last: nothing after it can fail and leave its exporter running.
+	if r.tracer, err = tracing.New(o.Tracing, r.metrics.registry); err != nil {
+		return nil, err
+	}
+	p.TraceWith(r.tracer)
 	return r, nil
 }
 

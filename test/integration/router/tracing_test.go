@@ -10,11 +10,16 @@ import (
 	"testing"
 	"time"
 
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/klog/v2"
 
 	"github.com/berth-sh/berth/pkg/router"
+	"github.com/berth-sh/berth/pkg/router/epp/epptest"
 	"github.com/berth-sh/berth/pkg/router/tracing"
 	"github.com/berth-sh/berth/pkg/router/tracing/tracingtest"
 	"github.com/berth-sh/berth/pkg/sim/engine"
@@ -22,15 +27,19 @@ import (
 
 // tracedRouter is a berth-router of its own exporting spans to an in-process OTLP
 // collector (the package's shared replicas do not trace).
-func tracedRouter(t *testing.T) (*router.Router, *tracingtest.Collector) {
+// adjust, when set, changes its options.
+func tracedRouter(t *testing.T, adjust ...func(*router.Options)) (*router.Router, *tracingtest.Collector) {
 	t.Helper()
 	coll, err := tracingtest.Start()
 	require.NoError(t, err)
 	t.Cleanup(coll.Close)
-	r, err := router.New(cp.RESTConfig(), router.Options{Addr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
+	o := router.Options{Addr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
 		MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second, DisableGateway: true,
-		Tracing: tracing.Config{Endpoint: coll.Addr(), Insecure: true, BatchTimeout: 50 * time.Millisecond}},
-		klog.Background().WithName("traced-router"))
+		Tracing: tracing.Config{Endpoint: coll.Addr(), Insecure: true, BatchTimeout: 50 * time.Millisecond}}
+	for _, f := range adjust {
+		f(&o)
+	}
+	r, err := router.New(cp.RESTConfig(), o, klog.Background().WithName("traced-router"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -256,4 +265,35 @@ spec:
 		assert.Equal(t, id, tid)
 		assert.Equal(t, spans[0].ID, parent, "the %s engine's traceparent names its leg's span", leg)
 	}
+}
+
+// In epp mode the picker's decision is a span under the trace context of the headers the
+// gateway passed on, naming the endpoints it chose.
+func TestTraceSpanEPPPick(t *testing.T) {
+	w := newWorld(t, 1)
+	w.servedPods("traced-epp", 2, "", nil)
+	r, coll := tracedRouter(t, func(o *router.Options) {
+		o.Mode, o.EPPAddr, o.EPPHealthAddr, o.EPPFallbacks = router.ModeEPP, "127.0.0.1:0", "127.0.0.1:0", 1
+	})
+	w.eventually("the traced picker scraped both endpoints", 30*time.Second, func() bool { return scrapedServer(r, w.ns, "traced-epp", 2) })
+	conn, err := grpc.NewClient(r.EPPAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
+	defer cancel()
+	x, err := epptest.Start(ctx, extprocv3.NewExternalProcessorClient(conn), filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_NONE)
+	require.NoError(t, err)
+	const id, caller = "8bf92f3577b34da6a3ce929d0e0e4740", "00f067aa0ba902b7"
+	d, err := x.SendRequest(epptest.Request{Method: "POST", Path: "/v1/chat/completions",
+		Header: map[string]string{"content-type": "application/json", "traceparent": "00-" + id + "-" + caller + "-01"},
+		Body:   []byte(`{"model":"traced-epp","max_tokens":3,"messages":[{"role":"user","content":"pick"}]}`)})
+	require.NoError(t, err)
+	require.Nil(t, d.Immediate, "picked, not refused")
+	by := spansOf(w, coll, id, 1)
+	require.Len(t, by["berth-router.pick"], 1)
+	pk := by["berth-router.pick"][0]
+	assert.Equal(t, caller, pk.ParentID, "the pick is a child of the gateway's span")
+	assert.Equal(t, "epp", pk.Attrs["berth.mode"])
+	assert.Equal(t, w.ns+"/traced-epp", pk.Attrs["berth.route"])
+	assert.Equal(t, d.Endpoints()[0], pk.Attrs["berth.endpoint"], "the span names the primary endpoint")
 }
