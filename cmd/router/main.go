@@ -52,6 +52,8 @@ func bindFlags(fs *flag.FlagSet) *flags {
 		return nil
 	})
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis (host:port) for the global rate limits of ModelRoutes whose rateLimit.global names no Redis of its own")
+	fs.StringVar(&o.Tracing.Endpoint, "otlp-endpoint", "", "export OpenTelemetry trace spans over OTLP/gRPC to this collector (host:port, or an http:// or https:// URL); empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, and with neither no spans are made (OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG choose the sampler)")
+	fs.BoolVar(&o.Tracing.Insecure, "otlp-insecure", false, "send spans to a host:port --otlp-endpoint without TLS")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serve the API over HTTPS with this certificate (needs --tls-key-file)")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file")
 	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", o.MaxBodyBytes, "largest request body accepted (413 beyond)")

@@ -45,8 +45,15 @@ func refusal(f *failure) *epp.Refusal {
 	return ref
 }
 
-// Choose implements epp.Chooser.
+// Choose implements epp.Chooser, under a span of its own when tracing is on.
 func (c *routeChooser) Choose(ctx context.Context, q *epp.Query) (*epp.Choice, *epp.Refusal) {
+	span := c.r.eppPickSpan(ctx, q)
+	choice, ref := c.choose(ctx, q)
+	endEPPPick(span, choice, ref)
+	return choice, ref
+}
+
+func (c *routeChooser) choose(ctx context.Context, q *epp.Query) (*epp.Choice, *epp.Refusal) {
 	r := c.r
 	kind := request.KindOf(q.Path)
 	if kind == "" {

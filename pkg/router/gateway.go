@@ -118,6 +118,7 @@ func (r *Router) serveGateway(port int32, w http.ResponseWriter, req *http.Reque
 	defer r.metrics.inflight.Dec()
 	x := &exchange{start: time.Now(), kind: kind}
 	defer r.finish(x)
+	req = r.startRequest(req, x)
 	fail := func(status int, code, msg string) {
 		x.status, x.reason = status, msg
 		if req.Method == http.MethodHead {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 
@@ -45,6 +46,7 @@ type exchange struct {
 	status     int
 	attempts   int
 	reason     string
+	span       trace.Span // the request's server span (spans.go); nil in epp mode
 }
 
 // backend is a target resolved in a snapshot: a ModelServer or an ExternalModelProvider.
@@ -115,6 +117,7 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 	kind := request.KindOf(req.URL.Path)
 	x := &exchange{start: time.Now(), kind: kind}
 	defer r.finish(x)
+	req = r.startRequest(req, x)
 	fail := func(status int, code, param, msg string) {
 		x.status, x.reason = status, msg
 		writeErrorFor(kind, w, status, code, param, msg)
@@ -294,6 +297,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 				cur = next
 			}
 		}
+		pickSpan := r.startPick(ctx, attempt)
 		dst, ends, err := r.destination(cur, preq, tried)
 		for err != nil && attempt > 1 {
 			next, found := fallover()
@@ -303,6 +307,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 			cur = next
 			dst, ends, err = r.destination(cur, preq, tried)
 		}
+		endPick(pickSpan, x, cur, dst, err)
 		x.server, x.targetKind = ns+"/"+cur.target.Name, cur.target.Kind
 		if err != nil {
 			msg := err.Error()
@@ -315,9 +320,11 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 		}
 		x.endpoint = dst.name
 		sent := time.Now()
-		resp, translate, err := r.send(ctx, req, cur, dst, in, res.Adapter)
+		actx, attemptSpan := r.startAttempt(ctx, attempt, cur, dst)
+		resp, translate, err := r.send(actx, req, cur, dst, in, res.Adapter)
 		var reqErr *anthropic.RequestError
 		if errors.As(err, &reqErr) {
+			endAttempt(attemptSpan, 0, err, "")
 			ends(math.NaN())
 			x.status, x.reason = http.StatusBadRequest, reqErr.Message
 			writeErrorFor(in.Kind, w, x.status, "invalid_request", reqErr.Param, reqErr.Message)
@@ -327,6 +334,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 		canRetry := attempt < policyAttempts || (goneAway && free > 0)
 		if (err == nil && !proxy.Retryable(ctx, resp, nil)) || !canRetry || !proxy.Retryable(ctx, resp, err) {
 			if err != nil {
+				endAttempt(attemptSpan, 0, err, "")
 				ends(pick.Failed)
 				status, code := http.StatusBadGateway, "upstream_error"
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -360,6 +368,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 				r.metrics.ttft.WithLabelValues(x.route, x.model).Observe(relayed.FirstByte.Sub(x.start).Seconds())
 			}
 			ends(ttft)
+			endAttempt(attemptSpan, relayed.Status, relayed.Err, "")
 			x.status = relayed.Status
 			switch {
 			case relayed.Err != nil:
@@ -372,8 +381,9 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 		}
 		// Retry: nothing reached the client yet.
 		ends(pick.Failed)
-		reason := "transport"
+		reason, status := "transport", 0
 		if err == nil {
+			status = resp.StatusCode
 			reason = strconv.Itoa(resp.StatusCode)
 			lastErr = fmt.Errorf("%s answered %s", dst.name, resp.Status)
 			proxy.Discard(resp)
@@ -383,6 +393,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 		if attempt >= policyAttempts {
 			free--
 		}
+		endAttempt(attemptSpan, status, err, reason)
 		r.metrics.retries.WithLabelValues(x.server, reason).Inc()
 		r.log.V(1).Info("retrying", "target", cur.String(), "failed", dst.name, "reason", lastErr.Error(), "attempt", attempt)
 		for _, a := range dst.addrs {
@@ -534,6 +545,7 @@ func metricModel(route *networkingv1alpha1.ModelRoute, requested string) string 
 
 // finish logs and counts a finished request.
 func (r *Router) finish(x *exchange) {
+	endRequest(x)
 	status := strconv.Itoa(x.status)
 	r.metrics.requests.WithLabelValues(x.route, x.model, status).Inc()
 	if x.status/100 == 2 {

@@ -28,6 +28,7 @@ import (
 	"github.com/berth-sh/berth/pkg/router/proxy"
 	"github.com/berth-sh/berth/pkg/router/ratelimit"
 	"github.com/berth-sh/berth/pkg/router/scrape"
+	"github.com/berth-sh/berth/pkg/router/tracing"
 	"github.com/berth-sh/berth/pkg/router/view"
 )
 
@@ -115,6 +116,9 @@ type Options struct {
 	// `kubectl get gateway` shows and the conformance suite sends to. None: GatewayHost when
 	// it is a single IP address, else no address.
 	GatewayAddresses []string
+	// Tracing exports OpenTelemetry spans over OTLP when it (or the standard OTEL_*
+	// environment) names a collector; off by default (package tracing).
+	Tracing tracing.Config
 }
 
 // Defaults fills in zero fields.
@@ -169,6 +173,7 @@ type Router struct {
 	local   *ratelimit.Local
 	redis   *ratelimit.Clients
 	metrics *metrics
+	tracer  *tracing.Tracer // nil: tracing off
 	// gateway is nil unless the router serves the Gateway API (gateway.go).
 	gateway *gatewayServing
 
@@ -251,6 +256,11 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 			return nil, err
 		}
 	}
+	// Last: nothing after it can fail and leave its exporter running.
+	if r.tracer, err = tracing.New(o.Tracing, r.metrics.registry); err != nil {
+		return nil, err
+	}
+	p.TraceWith(r.tracer)
 	return r, nil
 }
 
@@ -338,6 +348,14 @@ func (r *Router) Run(ctx context.Context) error {
 	viewCtx, stopView := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopView()
 	defer r.redis.Close()
+	defer func() {
+		// The spans still queued go out before the router returns.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := r.tracer.Shutdown(sctx); err != nil {
+			r.log.Error(err, "sending the last trace spans failed")
+		}
+		cancel()
+	}()
 	r.view.OnChange(func(s *view.Snapshot) {
 		urls := make(map[string]string, len(s.Endpoints))
 		pods := make(map[string]bool, len(s.Endpoints))
@@ -416,7 +434,10 @@ func (r *Router) Run(ctx context.Context) error {
 		servers = append(servers, admin)
 		go func() { errc <- admin.Serve(aln) }()
 	}
-	r.log.Info("berth-router serving", "mode", r.opts.Mode, "addr", addr, "admin", r.AdminAddr(), "tls", r.opts.TLSCertFile != "" || (picker != nil && r.opts.EPPSecureServing), "policy", r.opts.Policy, "scorers", r.picker.ScorerNames())
+	if r.tracer != nil {
+		r.log.Info("exporting trace spans over OTLP/gRPC", "endpoint", r.tracer.Target, "sampler", r.tracer.Sampler)
+	}
+	r.log.Info("berth-router serving", "mode", r.opts.Mode, "tracing", r.tracer != nil, "addr", addr, "admin", r.AdminAddr(), "tls", r.opts.TLSCertFile != "" || (picker != nil && r.opts.EPPSecureServing), "policy", r.opts.Policy, "scorers", r.picker.ScorerNames())
 	close(r.ready)
 
 	select {

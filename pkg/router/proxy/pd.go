@@ -65,7 +65,7 @@ func (p *Proxy) Disaggregated(ctx context.Context, conn networkingv1alpha1.KVCon
 		return request.Rewrite(body, set)
 	}
 	runPrefill := func(b []byte, extra map[string]string) ([]byte, error) {
-		resp, err := p.Send(ctx, t.PrefillURL, path, header, extra, b)
+		resp, err := p.sendLeg(ctx, "prefill", t.PrefillURL, path, header, extra, b)
 		if err != nil {
 			return nil, &PrefillError{Err: err}
 		}
@@ -101,7 +101,7 @@ func (p *Proxy) Disaggregated(ctx context.Context, conn networkingv1alpha1.KVCon
 		if err != nil {
 			return nil, err
 		}
-		return p.Send(ctx, t.DecodeURL, path, header, nil, db)
+		return p.sendLeg(ctx, "decode", t.DecodeURL, path, header, nil, db)
 
 	case networkingv1alpha1.ConnectorTypeMoonCake:
 		host, _, _ := net.SplitHostPort(t.PrefillAddress)
@@ -115,7 +115,7 @@ func (p *Proxy) Disaggregated(ctx context.Context, conn networkingv1alpha1.KVCon
 		pctx, cancel := context.WithCancel(ctx)
 		prefillDone := make(chan error, 1)
 		go func() {
-			resp, err := p.Send(pctx, t.PrefillURL, path, header, nil, pb)
+			resp, err := p.sendLeg(pctx, "prefill", t.PrefillURL, path, header, nil, pb)
 			if err == nil {
 				Discard(resp)
 				if resp.StatusCode/100 != 2 {
@@ -126,7 +126,7 @@ func (p *Proxy) Disaggregated(ctx context.Context, conn networkingv1alpha1.KVCon
 			}
 			prefillDone <- err
 		}()
-		resp, err := p.Send(ctx, t.DecodeURL, path, header, nil, db)
+		resp, err := p.sendLeg(ctx, "decode", t.DecodeURL, path, header, nil, db)
 		if err != nil {
 			cancel()
 			return nil, err
@@ -148,7 +148,7 @@ func (p *Proxy) Disaggregated(ctx context.Context, conn networkingv1alpha1.KVCon
 		if conn == networkingv1alpha1.ConnectorTypeLMCache {
 			extra = nil // LMCache finds the KV by content, not by id
 		}
-		return p.Send(ctx, t.DecodeURL, path, header, extra, body)
+		return p.sendLeg(ctx, "decode", t.DecodeURL, path, header, extra, body)
 	}
 }
 

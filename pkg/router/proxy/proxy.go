@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/berth-sh/berth/pkg/router/jsonscan"
+	"github.com/berth-sh/berth/pkg/router/tracing"
 )
 
 // Proxy holds the upstream HTTP clients: one for engines, two for external providers (with
@@ -30,6 +31,7 @@ import (
 type Proxy struct {
 	client                   *http.Client
 	provider, providerNoAuth *http.Client
+	tracer                   *tracing.Tracer // nil: no trace context written, no leg spans (trace.go)
 }
 
 // New returns a proxy. upstreamTLS is used for endpoints whose ModelServer says https (nil:
@@ -95,6 +97,7 @@ func (p *Proxy) SendProvider(ctx context.Context, url string, header http.Header
 		return nil, err
 	}
 	req.Header = header
+	p.tracer.Inject(ctx, req.Header)
 	req.ContentLength = int64(len(body))
 	c := p.provider
 	if insecureSkipVerify {
@@ -167,6 +170,7 @@ func (p *Proxy) Send(ctx context.Context, baseURL, path string, clientHeader htt
 	for k, v := range extra {
 		req.Header.Set(k, v)
 	}
+	p.tracer.Inject(ctx, req.Header)
 	req.ContentLength = int64(len(body))
 	// The transport directly: the client around it adds only redirect handling (none: an
 	// engine never redirects, and CheckRedirect refuses to follow) at a cost on every

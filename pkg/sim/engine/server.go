@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,6 +33,8 @@ type Server struct {
 	httpMu    sync.Mutex
 	httpSrv   *http.Server
 	ln        net.Listener
+	// onRequest, when set, sees every request before it is served (SetRequestHook).
+	onRequest atomic.Pointer[func(*http.Request)]
 
 	mu sync.Mutex // guards everything below
 	// Scheduler state (scheduler.go).
@@ -123,11 +126,25 @@ func (s *Server) routes() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Sim-Engine", s.cfg.ID)
+		if f := s.onRequest.Load(); f != nil {
+			(*f)(r)
+		}
 		if id := r.Header.Get("X-Request-Id"); id != "" {
 			w.Header().Set("X-Request-Id", id)
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// SetRequestHook has f called with every request the engine receives, before it is
+// served (f must not read the body): a test sees the headers a router sent, such as the
+// traceparent. nil removes it.
+func (s *Server) SetRequestHook(f func(*http.Request)) {
+	if f == nil {
+		s.onRequest.Store(nil)
+		return
+	}
+	s.onRequest.Store(&f)
 }
 
 // Start listens on addr (e.g. "127.0.0.1:0") and serves in the background.
