@@ -150,7 +150,7 @@ spec:
 	// The https engine: a simulated engine behind TLS whose certificate can be swapped.
 	eng := engine.New(engine.Config{Model: "base-model", ID: "https-engine", TimeScale: defaultTimeScale})
 	t.Cleanup(func() { _ = eng.Close() })
-	oldCA, newCA_ := newCA(t, "old-ca"), newCA(t, "new-ca")
+	oldCA, nextCA := newCA(t, "old-ca"), newCA(t, "new-ca")
 	var leaf atomic.Pointer[tls.Certificate]
 	setLeaf := func(ca *testCA, serial int64) {
 		c, k := ca.issue(t, podIP, serial)
@@ -167,7 +167,9 @@ spec:
 	// Every request on a new connection, so a swapped certificate is presented at once.
 	srv.SetKeepAlivesEnabled(false)
 	engineAddr := ln.Addr().String()
-	go func() { _ = srv.Serve(tls.NewListener(ln, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return leaf.Load(), nil }})) }()
+	go func() {
+		_ = srv.Serve(tls.NewListener(ln, &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return leaf.Load(), nil }}))
+	}()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
@@ -192,12 +194,12 @@ spec:
 		return err == nil && resp.Header.Get("X-Sim-Engine") == "https-engine"
 	})
 
-	setLeaf(newCA_, 2)
+	setLeaf(nextCA, 2)
 	_, _, err = chat(w.ctx, c, "secure-up", "new certificate, old bundle")
 	require.Error(t, err, "an engine whose certificate the bundle does not sign is refused")
 	require.Contains(t, []int{http.StatusBadGateway, http.StatusServiceUnavailable}, statusOf(err), "%v", err)
 
-	require.NoError(t, os.WriteFile(caFile, newCA_.pem, 0o600))
+	require.NoError(t, os.WriteFile(caFile, nextCA.pem, 0o600))
 	w.eventually("the rotated bundle is trusted without a restart", 30*time.Second, func() bool {
 		_, resp, err := chat(w.ctx, c, "secure-up", fmt.Sprintf("after rotation %d", time.Now().UnixNano()))
 		return err == nil && resp.Header.Get("X-Sim-Engine") == "https-engine"
