@@ -440,11 +440,13 @@ func (r *Router) Run(ctx context.Context) error {
 		addr = ln.Addr().String()
 		r.addr.Store(&addr)
 		servers = append(servers, api)
+		if r.listenerCert != nil {
+			api.TLSConfig = r.listenerCert.Config()
+		}
 		go func() {
 			var err error
 			if r.listenerCert != nil {
-				api.TLSConfig = r.listenerCert.Config()
-				err = api.ServeTLS(ln, "", "")
+				err = api.ServeTLS(ln, "", "") // the certificate comes from TLSConfig.GetCertificate
 			} else {
 				err = api.Serve(ln)
 			}
