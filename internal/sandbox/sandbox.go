@@ -228,8 +228,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		Controller: &controller.Options{InProcessRestart: true,
 			AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod},
 		Kubelet: &inprocess.KubeletOptions{PodStartDelay: o.PodStartDelay, Engines: &sim.EngineOptions{TimeScale: o.EngineTimeScale}, Client: kube},
-		// Gateway listener ports open on the router's own host.
-		Routers:      []router.Options{{Addr: routerAddr, ShutdownTimeout: 2 * time.Second, GatewayHost: hostOf(routerAddr)}},
+		// Gateway listener ports open on the router's own host; answers name the pod that
+		// served (X-Berth-Endpoint), which the sandbox's load report shows.
+		Routers: []router.Options{{Addr: routerAddr, ShutdownTimeout: 2 * time.Second, GatewayHost: hostOf(routerAddr),
+			EndpointHeader: true}},
 		RouterLogger: func(int) logr.Logger { return routerLogger() },
 		// Building the first router's view waits for the informers' first lists.
 		RouterReadyTimeout: o.Timeout,

@@ -81,8 +81,9 @@ func Start(cp *controlplane.ControlPlane, o Options) (*System, error) {
 	}
 	routers := make([]router.Options, max(o.Routers, 1))
 	for i := range routers {
+		// EndpointHeader: tests read X-Berth-Endpoint to see which pod served.
 		routers[i] = router.Options{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
-			MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second}
+			MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second, EndpointHeader: true}
 		if o.Router != nil {
 			o.Router(i, &routers[i])
 		}

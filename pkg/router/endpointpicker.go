@@ -61,7 +61,7 @@ func (c *routeChooser) choose(ctx context.Context, q *epp.Query) (*epp.Choice, *
 			return nil, &epp.Refusal{Status: http.StatusOK, Body: r.modelList(), ContentType: "application/json"}
 		}
 		return nil, &epp.Refusal{Status: http.StatusNotFound, Code: "not_found",
-			Message: fmt.Sprintf("berth-router picks endpoints for POST /v1/chat/completions and /v1/completions (and answers GET /v1/models), not %s %s", q.Method, q.Path)}
+			Message: fmt.Sprintf("berth-router picks endpoints for POST %s (and answers GET /v1/models), not %s %s", strings.Join(request.Paths(), ", "), q.Method, q.Path)}
 	}
 	if q.Method != http.MethodPost {
 		return nil, &epp.Refusal{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Header: map[string]string{"allow": http.MethodPost},
@@ -75,7 +75,7 @@ func (c *routeChooser) choose(ctx context.Context, q *epp.Query) (*epp.Choice, *
 		return nil, &epp.Refusal{Status: http.StatusBadRequest, Code: "invalid_request",
 			Message: "the endpoint picker got no request body: a completion request is a JSON body naming its model (if it had one, set the gateway's ext_proc request_body_mode to FULL_DUPLEX_STREAMED or BUFFERED)"}
 	}
-	in, err := request.Parse(kind, q.Body)
+	in, err := request.ParseContent(kind, q.Header.Get("Content-Type"), q.Body)
 	if err != nil {
 		var perr *request.Error
 		errors.As(err, &perr)
@@ -111,7 +111,12 @@ func (c *routeChooser) choose(ctx context.Context, q *epp.Query) (*epp.Choice, *
 	// keeps the name the client asked for).
 	var body []byte
 	if model := b.server.Model; !adm.res.Adapter && model != "" && model != in.Model {
-		if body, err = request.Rewrite(in.Body, map[string]any{"model": model}); err != nil {
+		if in.ContentType != "" {
+			body, err = request.RewriteFormModel(in.Body, in.ContentType, model)
+		} else {
+			body, err = request.Rewrite(in.Body, map[string]any{"model": model})
+		}
+		if err != nil {
 			return nil, &epp.Refusal{Status: http.StatusBadRequest, Code: "invalid_request", Message: err.Error()}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/berth-sh/berth/pkg/router/forwarded"
 	"github.com/berth-sh/berth/pkg/router/gateway"
 	"github.com/berth-sh/berth/pkg/router/match"
 	"github.com/berth-sh/berth/pkg/router/pick"
@@ -175,12 +176,16 @@ func (r *Router) serveGateway(port int32, w http.ResponseWriter, req *http.Reque
 	}
 	preq := &pick.Request{}
 	if kind != "" && req.Method == http.MethodPost {
-		if in, err := request.Parse(kind, body); err == nil {
+		if in, err := request.ParseContent(kind, req.Header.Get("Content-Type"), body); err == nil {
 			x.asked, x.model = in.Model, in.Model
 			preq = &pick.Request{Model: in.Model, Prefix: pick.HashPrompt(in.Prompt)}
 		}
 	}
 	header := req.Header.Clone()
+	// Before the filters, so a RequestHeaderModifier can still change them.
+	for k, v := range forwarded.Headers(req) {
+		header.Set(k, v)
+	}
 	path, host := req.URL.Path, req.Host
 	for _, f := range []gateway.Filters{rule.Filters, b.Filters} {
 		f.RequestHeaders.Apply(header)
@@ -246,8 +251,10 @@ func (r *Router) serveGateway(port int32, w http.ResponseWriter, req *http.Reque
 		for _, f := range []gateway.Filters{rule.Filters, b.Filters} {
 			f.ResponseHeaders.Apply(resp.Header)
 		}
-		w.Header().Set("X-Berth-Endpoint", dst.name)
-		relayed := proxy.Relay(w, resp, kind != "")
+		if r.opts.EndpointHeader {
+			w.Header().Set("X-Berth-Endpoint", dst.name)
+		}
+		relayed := proxy.Relay(w, resp, kind != "" && kind != request.Speech)
 		ttft := math.NaN()
 		switch {
 		case relayed.Status >= 500 || relayed.Status == http.StatusTooManyRequests:
@@ -276,7 +283,7 @@ func (r *Router) servesModel(w http.ResponseWriter, req *http.Request, models *m
 		r.serveModelRoutes(w, req, models, nil)
 		return true
 	}
-	in, err := request.Parse(request.KindOf(req.URL.Path), body)
+	in, err := request.ParseContent(request.KindOf(req.URL.Path), req.Header.Get("Content-Type"), body)
 	if err != nil {
 		return false
 	}

@@ -18,6 +18,7 @@ import (
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 
 	"github.com/berth-sh/berth/pkg/router/anthropic"
+	"github.com/berth-sh/berth/pkg/router/forwarded"
 	"github.com/berth-sh/berth/pkg/router/match"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/router/provider"
@@ -89,9 +90,12 @@ func resolve(snap *view.Snapshot, ns string, t match.Target, k request.Kind) (ba
 			return b, &failure{http.StatusServiceUnavailable, "provider_not_found", "", fmt.Sprintf("ExternalModelProvider %s/%s, which does not exist", ns, t.Name), 0}
 		case b.provider.Err != nil:
 			return b, &failure{http.StatusServiceUnavailable, "provider_not_ready", "", b.provider.Err.Error(), 0}
-		case !provider.Speaks(b.provider.Type, k):
+		case !provider.Speaks(b.provider.Type, k) && b.provider.Type == networkingv1alpha1.Anthropic:
 			return b, &failure{http.StatusBadRequest, "unsupported_api", "", fmt.Sprintf("%s, which speaks the Anthropic Messages API (POST %s) only, not %s",
 				b.provider, request.MessagesPath, k.Path()), 0}
+		case !provider.Speaks(b.provider.Type, k):
+			return b, &failure{http.StatusBadRequest, "unsupported_api", "", fmt.Sprintf("%s, an OpenAI API provider, which has no %s (an engine's own API)",
+				b.provider, k.Path()), 0}
 		}
 		return b, nil
 	}
@@ -138,7 +142,7 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 			fail(http.StatusBadRequest, "invalid_request", "", "reading the request body: "+err.Error())
 			return
 		}
-		if in, err = request.Parse(kind, body); err != nil {
+		if in, err = request.ParseContent(kind, req.Header.Get("Content-Type"), body); err != nil {
 			var perr *request.Error
 			errors.As(err, &perr)
 			fail(http.StatusBadRequest, "invalid_request", perr.Param, perr.Message)
@@ -353,11 +357,14 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 				}
 				return relayed, false
 			}
-			w.Header().Set("X-Berth-Endpoint", dst.name)
+			if r.opts.EndpointHeader {
+				w.Header().Set("X-Berth-Endpoint", dst.name)
+			}
 			if translate {
 				relayed = proxy.RelayTranslated(w, resp, &messagesTranslator{stream: anthropic.Stream{InputEstimate: in.EstimatedInputTokens()}})
 			} else {
-				relayed = proxy.Relay(w, resp, true)
+				// Speech answers are audio: there is no usage to read in them.
+				relayed = proxy.Relay(w, resp, in.Kind != request.Speech)
 			}
 			ttft := math.NaN()
 			switch {
@@ -429,7 +436,12 @@ func (r *Router) send(ctx context.Context, req *http.Request, b backend, dst tar
 		model = b.server.Model
 	}
 	if model != "" && model != in.Model {
-		if body, err = request.Rewrite(body, map[string]any{"model": model}); err != nil {
+		if in.ContentType != "" {
+			body, err = request.RewriteFormModel(body, in.ContentType, model)
+		} else {
+			body, err = request.Rewrite(body, map[string]any{"model": model})
+		}
+		if err != nil {
 			return nil, false, &anthropic.RequestError{Message: err.Error()}
 		}
 	}
@@ -439,13 +451,31 @@ func (r *Router) send(ctx context.Context, req *http.Request, b backend, dst tar
 		}
 		path, translate = request.ChatPath, true
 	}
+	// An engine learns who called through the forwarding headers (never a provider: the
+	// client's address is not the provider's business).
+	extra := forwarded.Headers(req)
+	if in.ContentType != "" {
+		extra["Content-Type"] = in.ContentType
+	}
 	switch {
 	case b.provider != nil:
-		resp, err = r.proxy.SendProvider(ctx, provider.URL(b.provider, path), provider.Header(b.provider, req.Header), body, b.provider.InsecureSkipVerify)
+		hdr := provider.Header(b.provider, req.Header)
+		if in.ContentType != "" {
+			hdr.Set("Content-Type", in.ContentType)
+		}
+		resp, err = r.proxy.SendProvider(ctx, provider.URL(b.provider, path), hdr, body, b.provider.InsecureSkipVerify)
+	case b.server.Disaggregated() && (path == request.ChatPath || path == request.CompletionPath):
+		h := req.Header.Clone()
+		for k, v := range extra {
+			h.Set(k, v)
+		}
+		resp, err = r.proxy.Disaggregated(ctx, b.server.Connector, path, h, body, dst.pd)
 	case b.server.Disaggregated():
-		resp, err = r.proxy.Disaggregated(ctx, b.server.Connector, path, req.Header, body, dst.pd)
+		// Embeddings, scores, tokenizing, audio: nothing to split into prefill and decode; the
+		// decode engine of the pair answers the whole request.
+		resp, err = r.proxy.Send(ctx, dst.pd.DecodeURL, path, req.Header, extra, body)
 	default:
-		resp, err = r.proxy.Send(ctx, dst.url, path, req.Header, nil, body)
+		resp, err = r.proxy.Send(ctx, dst.url, path, req.Header, extra, body)
 	}
 	return resp, translate, err
 }

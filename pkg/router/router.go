@@ -24,9 +24,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/berth-sh/berth/pkg/apicheck"
+	"github.com/berth-sh/berth/pkg/router/certs"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/router/proxy"
 	"github.com/berth-sh/berth/pkg/router/ratelimit"
+	"github.com/berth-sh/berth/pkg/router/request"
 	"github.com/berth-sh/berth/pkg/router/scrape"
 	"github.com/berth-sh/berth/pkg/router/tracing"
 	"github.com/berth-sh/berth/pkg/router/view"
@@ -74,8 +76,13 @@ type Options struct {
 	// cross the network in the clear; its /healthz, /readyz and /version stay open (the API listener
 	// serves them too, and the kubelet probes that one).
 	MetricsAuth bool
-	// TLSCertFile and TLSKeyFile, when both set, make the API listener HTTPS.
+	// TLSCertFile and TLSKeyFile, when both set, make the API listener HTTPS. They are read
+	// again when they change on disk (package certs), so a rotated certificate reaches new
+	// connections without a restart.
 	TLSCertFile, TLSKeyFile string
+	// TLSReloadInterval is how often the certificate files and UpstreamCAFile are read again
+	// when no file event said they changed (default certs.DefaultInterval).
+	TLSReloadInterval time.Duration
 	// MaxBodyBytes bounds a request body (413 beyond it).
 	MaxBodyBytes int64
 	// ReadHeaderTimeout bounds reading a request's headers; IdleTimeout closes idle
@@ -101,6 +108,15 @@ type Options struct {
 	RedisAddr string
 	// UpstreamTLS is used for ModelServers whose workloadPort protocol is https.
 	UpstreamTLS *tls.Config
+	// UpstreamCAFile is a PEM bundle of the CAs that sign the https model servers'
+	// certificates (in place of the system roots), read again whenever it changes on disk,
+	// so a rotated CA is trusted without a restart. It takes the place of UpstreamTLS's
+	// RootCAs.
+	UpstreamCAFile string
+	// EndpointHeader adds X-Berth-Endpoint (the namespace/pod that served, or the provider)
+	// to every answer. Off by default: it tells any client the cluster's pod names. The
+	// sandbox and tests turn it on to show where requests went.
+	EndpointHeader bool
 	// DisableGateway keeps the router from serving the Gateway API (GatewayClasses naming
 	// gateway.ControllerName, their Gateways, HTTPRoutes and InferencePools) even where the
 	// apiserver serves those kinds.
@@ -159,6 +175,9 @@ func (o *Options) Defaults() {
 	if o.PrefixBlocks == 0 {
 		o.PrefixBlocks = 1 << 20
 	}
+	if o.TLSReloadInterval == 0 {
+		o.TLSReloadInterval = certs.DefaultInterval
+	}
 }
 
 // Router serves requests. Create with New, run with Run.
@@ -176,6 +195,10 @@ type Router struct {
 	tracer  *tracing.Tracer // nil: tracing off
 	// gateway is nil unless the router serves the Gateway API (gateway.go).
 	gateway *gatewayServing
+	// listenerCert is the API listener's reloaded certificate (nil: plain HTTP); upstreamCA
+	// the reloaded CA bundle for https model servers (nil: UpstreamTLS as given).
+	listenerCert *certs.Listener
+	upstreamCA   *certs.CAPool
 
 	stopping atomic.Bool
 	ready    chan struct{}
@@ -229,9 +252,22 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	if o.DialEndpoint != nil {
 		p.DialEndpointsWith(o.DialEndpoint)
 	}
+	var listenerCert *certs.Listener
+	if o.TLSCertFile != "" && o.Mode == ModeProxy {
+		if listenerCert, err = certs.NewListener(o.TLSCertFile, o.TLSKeyFile, o.TLSReloadInterval); err != nil {
+			return nil, err
+		}
+	}
+	var upstreamCA *certs.CAPool
+	if o.UpstreamCAFile != "" {
+		if upstreamCA, err = certs.NewCAPool(o.UpstreamCAFile, o.TLSReloadInterval, log.WithName("upstream-ca")); err != nil {
+			return nil, err
+		}
+		p.UpstreamRoots(upstreamCA.Roots)
+	}
 	scrapeClient := &http.Client{Transport: p.Client().Transport, Timeout: max(o.ScrapeInterval, 500*time.Millisecond)}
 	r := &Router{
-		cfg: cfg, opts: o, log: log, view: v, picker: picker, proxy: p,
+		cfg: cfg, opts: o, log: log, view: v, picker: picker, proxy: p, listenerCert: listenerCert, upstreamCA: upstreamCA,
 		scraper:  scrape.New(o.ScrapeInterval, scrapeClient),
 		local:    ratelimit.NewLocal(time.Now),
 		redis:    ratelimit.NewClients(),
@@ -316,13 +352,14 @@ func (r *Router) Scraped(addr string) (scrape.Stats, bool) { return r.scraper.St
 // Handler is the API handler (also serving /v1/models, /healthz and /readyz).
 func (r *Router) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/chat/completions", r.serveInference)
-	mux.HandleFunc("/v1/completions", r.serveInference)
-	mux.HandleFunc("/v1/messages", r.serveInference)
+	for _, p := range request.Paths() {
+		mux.HandleFunc(p, r.serveInference)
+	}
 	mux.HandleFunc("GET /v1/models", r.serveModels)
+	mux.HandleFunc("GET /v1/models/{id...}", r.serveModel)
 	r.health(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("berth-router serves /v1/chat/completions, /v1/completions, /v1/messages and /v1/models, not %s", req.URL.Path))
+		writeError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("berth-router serves POST %s and GET /v1/models, not %s", strings.Join(request.Paths(), ", "), req.URL.Path))
 	})
 	return mux
 }
@@ -374,6 +411,16 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	viewErr := make(chan error, 1)
 	go func() { viewErr <- r.view.Run(viewCtx) }()
+	if r.listenerCert != nil {
+		go func() {
+			if err := r.listenerCert.Run(viewCtx); err != nil {
+				r.log.Error(err, "watching the TLS certificate failed; serving the one last read")
+			}
+		}()
+	}
+	if r.upstreamCA != nil {
+		go r.upstreamCA.Run(viewCtx)
+	}
 	var picker *eppServers
 	if r.opts.Mode == ModeEPP {
 		// Health answers from the start (liveness), ready only once synced.
@@ -411,10 +458,13 @@ func (r *Router) Run(ctx context.Context) error {
 		addr = ln.Addr().String()
 		r.addr.Store(&addr)
 		servers = append(servers, api)
+		if r.listenerCert != nil {
+			api.TLSConfig = r.listenerCert.Config()
+		}
 		go func() {
 			var err error
-			if r.opts.TLSCertFile != "" {
-				err = api.ServeTLS(ln, r.opts.TLSCertFile, r.opts.TLSKeyFile)
+			if r.listenerCert != nil {
+				err = api.ServeTLS(ln, "", "") // the certificate comes from TLSConfig.GetCertificate
 			} else {
 				err = api.Serve(ln)
 			}

@@ -16,14 +16,15 @@ import (
 )
 
 // Speaks reports whether a provider of type t answers requests of kind k as they are sent
-// to it: OpenAI chat and text completions, and Messages requests (translated to a chat
-// completion); Anthropic only Messages requests. A chat or text completion is not
-// translated into a Messages request (nor is it in Kthena).
+// to it: OpenAI the paths of OpenAI's own API (chat and text completions, embeddings,
+// responses, audio) and Messages requests (translated to a chat completion), not vLLM's own
+// (rerank, score, tokenize); Anthropic only Messages requests. A chat or text completion is
+// not translated into a Messages request (nor is it in Kthena).
 func Speaks(t networkingv1alpha1.ExternalProviderType, k request.Kind) bool {
 	if t == networkingv1alpha1.Anthropic {
 		return k == request.Messages
 	}
-	return true
+	return k == request.Messages || k.OpenAIPath()
 }
 
 // AnthropicVersion is sent to an Anthropic provider when neither the client nor the

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,6 +68,41 @@ func New(upstreamTLS *tls.Config) *Proxy {
 // to endpoints with dial instead of a plain net.Dialer; call it before the first request.
 func (p *Proxy) DialEndpointsWith(dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
 	p.client.Transport.(*http.Transport).DialContext = dial
+}
+
+// UpstreamRoots makes the proxy (and the scraper sharing its transport) verify https
+// endpoints against roots() as it is when each connection is made, in place of the RootCAs
+// given to New: a CA bundle that is reloaded from disk. The handshake is the transport's
+// own (server name from the address, its other settings from New's config); only the
+// roots are read late, which the transport's per-connection clone of a config cannot do.
+// Call it before the first request.
+func (p *Proxy) UpstreamRoots(roots func() *x509.CertPool) {
+	tr := p.client.Transport.(*http.Transport)
+	base := tr.TLSClientConfig
+	if base == nil {
+		base = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := tr.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := base.Clone()
+		cfg.RootCAs = roots()
+		if cfg.ServerName == "" {
+			if cfg.ServerName, _, err = net.SplitHostPort(addr); err != nil {
+				cfg.ServerName = addr
+			}
+		}
+		hctx, cancel := context.WithTimeout(ctx, tr.TLSHandshakeTimeout)
+		defer cancel()
+		c := tls.Client(raw, cfg)
+		if err := c.HandshakeContext(hctx); err != nil {
+			_ = raw.Close()
+			return nil, err
+		}
+		return c, nil
+	}
 }
 
 // providerTransport reaches a provider across the internet: through the environment's

@@ -34,7 +34,7 @@ const (
 
 // KindOf maps a URL path to the endpoint kind, or "" for a path the router does not proxy.
 func KindOf(path string) Kind {
-	switch strings.TrimSuffix(path, "/") {
+	switch path = strings.TrimSuffix(path, "/"); path {
 	case ChatPath:
 		return Chat
 	case CompletionPath:
@@ -42,18 +42,26 @@ func KindOf(path string) Kind {
 	case MessagesPath:
 		return Messages
 	}
+	for _, e := range endpoints {
+		if e.path == path {
+			return e.kind
+		}
+	}
 	return ""
 }
 
-// Path is the kind's URL path.
+// Path is the kind's URL path (the engine's, to which the request is sent).
 func (k Kind) Path() string {
 	switch k {
 	case Completion:
 		return CompletionPath
 	case Messages:
 		return MessagesPath
+	case Chat, "":
+		return ChatPath
 	}
-	return ChatPath
+	e, _ := lookup(k)
+	return e.path
 }
 
 // Request is what the router reads from a body. Body is kept as sent.
@@ -67,8 +75,12 @@ type Request struct {
 	// Prompt is the text the engine prefills: for chat, each message as "role: content\n",
 	// the same rendering the simulated engines tokenize, so prefix hashes agree.
 	Prompt string
-	// MaxTokens is max_completion_tokens, else max_tokens, else 0 (engine default).
+	// MaxTokens is max_completion_tokens, else max_tokens (max_output_tokens for the
+	// Responses API), else 0 (engine default).
 	MaxTokens int64
+	// ContentType is the multipart/form-data Content-Type (with its boundary) of an audio
+	// upload, sent on unchanged; "" for JSON bodies.
+	ContentType string
 }
 
 // BytesPerToken is the router's input-token estimate: about four bytes of English text per
@@ -115,8 +127,21 @@ type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// Parse reads body as a request of the given kind. Errors are *Error, each naming the field.
-func Parse(kind Kind, body []byte) (*Request, error) { return parse(kind, body, true) }
+// Parse reads body as a JSON request of the given kind. Errors are *Error, each naming the
+// field. A multipart kind (audio uploads) needs its Content-Type: ParseContent.
+func Parse(kind Kind, body []byte) (*Request, error) {
+	if kind != Chat && kind != Completion && kind != Messages {
+		e, ok := lookup(kind)
+		switch {
+		case !ok:
+			return nil, &Error{Message: fmt.Sprintf("berth-router does not proxy requests of kind %q", kind)}
+		case e.form:
+			return nil, &Error{Message: e.path + " takes a multipart/form-data upload, not JSON"}
+		}
+		return parsePassThrough(e, body)
+	}
+	return parse(kind, body, true)
+}
 
 // parse is Parse, with scan false to take encoding/json's path whatever the body (for tests
 // that compare the two).

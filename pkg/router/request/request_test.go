@@ -68,7 +68,8 @@ func TestKindOf(t *testing.T) {
 	assert.Equal(t, Chat, KindOf("/v1/chat/completions"))
 	assert.Equal(t, Completion, KindOf("/v1/completions/"))
 	assert.Equal(t, Messages, KindOf("/v1/messages"))
-	assert.Equal(t, Kind(""), KindOf("/v1/embeddings"))
+	assert.Equal(t, Embeddings, KindOf("/v1/embeddings"))
+	assert.Equal(t, Kind(""), KindOf("/v1/images/generations"))
 }
 
 // A Messages request's prompt is rendered as its chat translation is: the system prompt

@@ -49,6 +49,7 @@ type Server struct {
 	genThroughput    float64 // tokens/s (simulated) of the last step
 	stats            Stats
 	// API state.
+	last     Received
 	fault    Fault
 	adapters []loraAdapter // in load order
 }
@@ -113,6 +114,18 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.handleCompletion(w, r, true) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.handleCompletion(w, r, false) })
 	mux.HandleFunc("POST /v1/messages", s.handleMessages)
+	mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
+	for _, p := range []string{"/v1/rerank", "/rerank", "/v2/rerank"} {
+		mux.HandleFunc("POST "+p, s.handleRerank)
+	}
+	mux.HandleFunc("POST /v1/score", s.handleScore)
+	mux.HandleFunc("POST /score", s.handleScore)
+	mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
+	mux.HandleFunc("POST /v1/audio/transcriptions", s.handleAudio)
+	mux.HandleFunc("POST /v1/audio/translations", s.handleAudio)
+	mux.HandleFunc("POST /v1/audio/speech", s.handleSpeech)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", s.handleHealth)
 	mux.HandleFunc("POST /v1/load_lora_adapter", s.handleLoadLoRA)
@@ -129,6 +142,7 @@ func (s *Server) routes() http.Handler {
 		if f := s.onRequest.Load(); f != nil {
 			(*f)(r)
 		}
+		s.record(r)
 		if id := r.Header.Get("X-Request-Id"); id != "" {
 			w.Header().Set("X-Request-Id", id)
 		}

@@ -325,7 +325,9 @@ func TestBadRequests(t *testing.T) {
 		{"POST", "/v1/completions", `{"model":"m"}`, 400, `"param":"prompt"`},
 		{"GET", "/v1/chat/completions", ``, 405, "send POST"},
 		{"POST", "/v1/chat/completions", `{"model":"m","prompt":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "exceeds"},
-		{"POST", "/v1/embeddings", `{}`, 404, "berth-router serves"},
+		{"POST", "/v1/embeddings", `{}`, 400, `"param":"model"`},
+		{"POST", "/v1/audio/transcriptions", `{"model":"m"}`, 400, "multipart/form-data"},
+		{"POST", "/v1/images/generations", `{}`, 404, "berth-router serves"},
 	} {
 		req, _ := http.NewRequest(tc.method, base+tc.path, strings.NewReader(tc.body))
 		res, err := http.DefaultClient.Do(req)
