@@ -133,12 +133,12 @@ test-unit: test-deps
 test-integration: test-deps
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/...
 
-## test-race-integration: the router integration package (its picks, scrapes, drains and
-## Redis-shared limits) again under the race detector. .ci/run runs it after make test, once
-## per CI run: about 8 minutes on this machine. Not yet in it (README.md says why): gang,
-## whose liveness checks time out under -race on 2 cores, and autoscale, whose strict
-## replica sequences were seen to differ under -race once in two runs.
-RACE_INTEGRATION_PACKAGES = ./test/integration/router
+## test-race-integration: the router, gang and autoscale integration packages (the router's
+## picks, scrapes, drains and Redis-shared limits; the scheduler plugins' Permit, PreBind and
+## status writer; the autoscaler's decisions) again under the race detector. .ci/run runs it
+## after make test, once per CI run: about 20 minutes on this machine. The gang harness
+## stretches its time bounds under -race (test/integration/gang/race_on_test.go says why).
+RACE_INTEGRATION_PACKAGES = ./test/integration/router ./test/integration/gang ./test/integration/autoscale
 test-race-integration: test-deps
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_INTEGRATION_PACKAGES)
 

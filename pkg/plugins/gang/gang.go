@@ -183,6 +183,15 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 					g.status.enqueue(key)
 				}
 			}
+			// And the placed count: a released group's status is written a moment after its
+			// release, and a bind that lands later (a slow apiserver) would otherwise leave
+			// it saying "2/3 pods placed" for good. Binds within the settle delay share the
+			// write already pending.
+			if o.Spec.NodeName == "" && n.Spec.NodeName != "" && n.Spec.SchedulerName == profile {
+				if key := placement.GroupKey(n); key != "" {
+					g.status.enqueueSettled(key)
+				}
+			}
 		},
 		// A group whose pods are all gone leaves no state behind.
 		DeleteFunc: func(obj any) {

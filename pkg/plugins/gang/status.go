@@ -77,6 +77,10 @@ func newStatusWriter(groups *podgroups.Source, model *placement.Model, recorder 
 
 func (w *statusWriter) enqueue(key string) { w.queue.Add(key) }
 
+// enqueueSettled writes the group's status after statusSettleDelay; a request while one is
+// pending joins it (the delaying queue keeps the earlier time).
+func (w *statusWriter) enqueueSettled(key string) { w.queue.AddAfter(key, statusSettleDelay) }
+
 func podGroupRef(pg *volcanov1beta1.PodGroup) *corev1.ObjectReference { return podgroups.ObjectRef(pg) }
 
 // record stores a decision and reports whether it differs from the last one, so events
@@ -124,7 +128,7 @@ func (w *statusWriter) scheduled(pg *volcanov1beta1.PodGroup) {
 	w.record(key, decision{scheduled: true, reason: reasonScheduled})
 	// The released pods bind over the next moments; one write after that, showing them
 	// placed, costs the apiserver less than one per bind.
-	w.queue.AddAfter(key, statusSettleDelay)
+	w.enqueueSettled(key)
 }
 
 func (w *statusWriter) run(ctx context.Context) {

@@ -50,14 +50,14 @@ const (
 	// out of Permit one at a time, leaves it partly bound for seconds: a partial state that
 	// lasts longer than this, ended or not, is a violation. 2 s leaves room for a loaded
 	// 2-core machine (the informer's delivery lag is common to all of a group's pods).
-	partialGrace = 2 * time.Second
+	partialGrace = 2 * time.Second * raceTimeScale
 	// workConservingWithin is how long after the stream stops every waiting group whose
 	// minimum fits the free capacity of its pool must have been placed.
-	workConservingWithin = 30 * time.Second
+	workConservingWithin = 30 * time.Second * raceTimeScale
 	// drainStepWithin is the same for the capacity each deletion of the drain frees.
-	drainStepWithin = 20 * time.Second
+	drainStepWithin = 20 * time.Second * raceTimeScale
 	// drainWithin bounds the no-starvation phase.
-	drainWithin = 4 * time.Minute
+	drainWithin = 4 * time.Minute * raceTimeScale
 )
 
 // A seeded stream of random gangs, mostly on a 12-node tainted pool (about twice its GPUs in

@@ -401,6 +401,7 @@ func (w *world) bound(group string) (total int, byTask map[string]int) {
 
 func (w *world) eventually(what string, timeout time.Duration, cond func() bool) {
 	w.t.Helper()
+	timeout *= raceTimeScale
 	err := wait.PollUntilContextTimeout(w.ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond(), nil })
 	require.NoError(w.t, err, "timed out after %s waiting until %s", timeout, what)
 }
