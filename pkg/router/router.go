@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/berth-sh/berth/pkg/apicheck"
+	"github.com/berth-sh/berth/pkg/router/fairqueue"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/router/proxy"
 	"github.com/berth-sh/berth/pkg/router/ratelimit"
@@ -115,6 +116,23 @@ type Options struct {
 	// `kubectl get gateway` shows and the conformance suite sends to. None: GatewayHost when
 	// it is a single IP address, else no address.
 	GatewayAddresses []string
+	// Auth is AuthNone (every caller served: the default, for the sandbox) or AuthAPIKey:
+	// callers present an API key from a key Secret, which names their tenant (tenants.go,
+	// package tenant). Proxy mode only.
+	Auth string
+	// APIKeyNamespaces are the namespaces whose key Secrets are read (none: every namespace).
+	APIKeyNamespaces []string
+	// QueueConcurrency, when positive, is how many requests this router sends to each Ready
+	// endpoint of a ModelServer at once (less what other replicas send there); beyond it
+	// requests wait in the server's fair queue (package fairqueue), let go by QueuePolicy.
+	QueueConcurrency int
+	// QueuePolicy orders waiting requests: fairqueue.Fair (the default; tenants share by
+	// tokens) or fairqueue.FIFO.
+	QueuePolicy fairqueue.Policy
+	// QueueSize bounds how many requests wait for one ModelServer (503 beyond);
+	// QueueTimeout how long each may (503 with Retry-After after).
+	QueueSize    int
+	QueueTimeout time.Duration
 }
 
 // Defaults fills in zero fields.
@@ -155,6 +173,18 @@ func (o *Options) Defaults() {
 	if o.PrefixBlocks == 0 {
 		o.PrefixBlocks = 1 << 20
 	}
+	if o.Auth == "" {
+		o.Auth = AuthNone
+	}
+	if o.QueuePolicy == "" {
+		o.QueuePolicy = fairqueue.Fair
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = 1000
+	}
+	if o.QueueTimeout == 0 {
+		o.QueueTimeout = 30 * time.Second
+	}
 }
 
 // Router serves requests. Create with New, run with Run.
@@ -171,6 +201,8 @@ type Router struct {
 	metrics *metrics
 	// gateway is nil unless the router serves the Gateway API (gateway.go).
 	gateway *gatewayServing
+	// tenants is nil unless the router authenticates callers or queues requests (tenants.go).
+	tenants *tenantServing
 
 	stopping atomic.Bool
 	ready    chan struct{}
@@ -235,6 +267,9 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 		draining: make(chan struct{}),
 	}
 	r.scraper.OwnLoad = picker.InFlight
+	if err := r.enableTenants(); err != nil {
+		return nil, err
+	}
 	if !o.DisableGateway {
 		if err := apicheck.Check(cfg, "berth-router", gatewayAPIs()); err != nil {
 			if o.EPPPool != "" {
@@ -373,6 +408,10 @@ func (r *Router) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+
+	if err := r.startTenants(viewCtx); err != nil {
+		return err
 	}
 
 	var servers []*http.Server
