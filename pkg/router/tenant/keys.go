@@ -17,6 +17,7 @@
 package tenant
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"net/http"
@@ -81,9 +82,13 @@ func Strip(obj any) (any, error) {
 		Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion,
 		Labels: s.Labels, Annotations: s.Annotations,
 	}}
-	if key, ok := s.Data[KeyField]; ok && len(key) > 0 {
+	// Surrounding white space is not part of a key: a file made with echo ends in a newline.
+	if key := bytes.TrimSpace(s.Data[KeyField]); len(key) > 0 {
 		h := sha256.Sum256(key)
 		out.Data = map[string][]byte{hashField: h[:]}
+	} else if h, ok := s.Data[hashField]; ok && len(s.Data) == 1 {
+		// Already stripped: client-go may hand an object to the transform more than once.
+		out.Data = map[string][]byte{hashField: h}
 	}
 	return out, nil
 }
