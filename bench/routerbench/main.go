@@ -18,7 +18,7 @@
 //   - -tenants: the fair queue. A noisy tenant keeps a backlog of streams against engines
 //     the router (--auth=api-key, --queue-concurrency) keeps saturated, while a quiet tenant
 //     sends short requests: the quiet tenant's TTFT alone, beside the noisy one through the
-//     fair queue, and beside it in FIFO order. Given alone, it runs only this experiment.
+//     fair queue, in FIFO order, and through the fair queue with --queue-reserve. Given alone, it runs only this experiment.
 //
 // Progress goes to stderr, the markdown tables to stdout (and -out).
 package main
@@ -77,6 +77,7 @@ func main() {
 	tNoisy := flag.Int("tenants-noisy", 20, "tenants: streams the noisy tenant keeps open")
 	tNoisyTokens := flag.Int("tenants-noisy-tokens", 12, "tenants: tokens generated per noisy request")
 	tQuiet := flag.Int("tenants-quiet-requests", 50, "tenants: requests of the quiet tenant per configuration")
+	tQuietTokens := flag.Int("tenants-quiet-tokens", 1000, "tenants: prompt tokens of each quiet request (each prompt new: about 100 ms of prefill at time scale 1)")
 	tGap := flag.Duration("tenants-quiet-gap", 50*time.Millisecond, "tenants: pause between the quiet tenant's requests")
 	tScale := flag.Float64("tenants-timescale", 1, "tenants: engine time scale (1: real time; a 12-token answer takes about 100 ms)")
 	tCSV := flag.String("tenants-csv", "/tmp/routerbench-tenants.csv", "tenants: the quiet tenant's TTFTs, one line per request (empty: none)")
@@ -144,7 +145,7 @@ func main() {
 	}
 	if *doTenants {
 		t, err := runTenants(ctx, c, tenantsConfig{engines: *tEngines, concurrency: *tConc, noisyConc: *tNoisy, noisyTokens: *tNoisyTokens,
-			quietRequests: *tQuiet, quietGap: *tGap, timeScale: *tScale, csv: *tCSV})
+			quietRequests: *tQuiet, quietTokens: *tQuietTokens, quietGap: *tGap, timeScale: *tScale, csv: *tCSV})
 		if err != nil {
 			c.stop()
 			must(err)

@@ -36,6 +36,7 @@ type tenantsConfig struct {
 	engines, concurrency   int
 	noisyConc, noisyTokens int
 	quietRequests          int
+	quietTokens            int
 	quietGap               time.Duration
 	timeScale              float64
 	csv                    string
@@ -51,14 +52,18 @@ type tenantsOutcome struct {
 	firstErr error
 }
 
-var tenantsConfigs = []struct {
-	name   string
-	noisy  bool
-	policy fairqueue.Policy
-}{
-	{"quiet alone", false, fairqueue.Fair},
-	{"with noisy, fair queue", true, fairqueue.Fair},
-	{"with noisy, FIFO", true, fairqueue.FIFO},
+type tenantsSetup struct {
+	name    string
+	noisy   bool
+	policy  fairqueue.Policy
+	reserve bool
+}
+
+var tenantsConfigs = []tenantsSetup{
+	{"quiet alone", false, fairqueue.Fair, false},
+	{"with noisy, fair queue", true, fairqueue.Fair, false},
+	{"with noisy, FIFO", true, fairqueue.FIFO, false},
+	{"with noisy, fair queue + reserve", true, fairqueue.Fair, true},
 }
 
 func runTenants(ctx context.Context, c *cluster, cfg tenantsConfig) (string, error) {
@@ -79,7 +84,7 @@ func runTenants(ctx context.Context, c *cluster, cfg tenantsConfig) (string, err
 	var outs []tenantsOutcome
 	for _, tc := range tenantsConfigs {
 		progress("tenants: %s (%d engines, %d requests each at a time)", tc.name, cfg.engines, cfg.concurrency)
-		o, err := tenantsOnce(ctx, c, cfg, ips, tc.noisy, tc.policy)
+		o, err := tenantsOnce(ctx, c, cfg, ips, tc)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", tc.name, err)
 		}
@@ -92,8 +97,8 @@ func runTenants(ctx context.Context, c *cluster, cfg tenantsConfig) (string, err
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Noisy and quiet tenants: %d engine(s), %d requests at a time each (--queue-concurrency), a noisy tenant keeping %d streams of %d tokens open, a quiet one sending %d short requests one after another (%s apart); the quiet tenant's TTFT (ms, real time at engine time scale %g).\n\n",
-		cfg.engines, cfg.concurrency, cfg.noisyConc, cfg.noisyTokens, cfg.quietRequests, cfg.quietGap, cfg.timeScale)
+	fmt.Fprintf(&b, "Noisy and quiet tenants: %d engine(s), %d requests at a time each (--queue-concurrency), a noisy tenant keeping %d streams open (a cached 2000-token context, %d tokens out), a quiet one sending %d requests of %d new prompt tokens and 2 out, one after another (%s apart); the quiet tenant's TTFT (ms, real time at engine time scale %g).\n\n",
+		cfg.engines, cfg.concurrency, cfg.noisyConc, cfg.noisyTokens, cfg.quietRequests, cfg.quietTokens, cfg.quietGap, cfg.timeScale)
 	b.WriteString("| configuration | quiet TTFT p50 | quiet TTFT p90 | p90 / alone | quiet mean queue wait | noisy req/s | errors |\n|---|---|---|---|---|---|---|\n")
 	alone := quantile.NearestRank(outs[0].ttft, 0.9)
 	for _, o := range outs {
@@ -108,7 +113,8 @@ func runTenants(ctx context.Context, c *cluster, cfg tenantsConfig) (string, err
 	return b.String(), nil
 }
 
-func tenantsOnce(ctx context.Context, c *cluster, cfg tenantsConfig, ips []string, noisy bool, policy fairqueue.Policy) (tenantsOutcome, error) {
+func tenantsOnce(ctx context.Context, c *cluster, cfg tenantsConfig, ips []string, tc tenantsSetup) (tenantsOutcome, error) {
+	noisy := tc.noisy
 	engines, err := startEngines(engine.Config{Model: modelName, TimeScale: cfg.timeScale}, ips)
 	if err != nil {
 		return tenantsOutcome{}, err
@@ -117,7 +123,7 @@ func tenantsOnce(ctx context.Context, c *cluster, cfg tenantsConfig, ips []strin
 	r, err := router.New(c.cp.RESTConfig(), router.Options{
 		Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, ScrapeInterval: 100 * time.Millisecond, DisableGateway: true,
 		Auth: router.AuthAPIKey, APIKeyNamespaces: []string{namespace},
-		QueueConcurrency: cfg.concurrency, QueuePolicy: policy, QueueTimeout: 5 * time.Minute,
+		QueueConcurrency: cfg.concurrency, QueuePolicy: tc.policy, QueueReserve: tc.reserve, QueueTimeout: 5 * time.Minute,
 	}, logr.Discard())
 	if err != nil {
 		return tenantsOutcome{}, err
@@ -136,10 +142,21 @@ func tenantsOnce(ctx context.Context, c *cluster, cfg tenantsConfig, ips []strin
 	url := "http://" + r.Addr() + "/v1/chat/completions"
 	cl := newHTTPClient(0)
 	defer cl.CloseIdleConnections()
-	quietBody := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"A short question."}],"max_tokens":2}`)
-	noisyBody := []byte(fmt.Sprintf(`{"model":"m","stream":true,"messages":[{"role":"user","content":"A long task."}],"max_tokens":%d}`, cfg.noisyTokens))
+	// Each quiet prompt is new (its first block differs), so the engine prefills all of it:
+	// its TTFT is mostly prefill, as a real question's is, not a prefix cache hit.
+	quietN := 0
+	quietBody := func() []byte {
+		quietN++
+		return []byte(fmt.Sprintf(`{"model":"m","stream":true,"messages":[{"role":"user","content":"q%06d %s"}],"max_tokens":2}`,
+			quietN, strings.Repeat("word ", max(0, cfg.quietTokens*4-8)/5)))
+	}
+	// The noisy tenant sends one long context again and again (an agent's, a RAG corpus's):
+	// the engine finds it in its prefix cache, but it counts in the tenant's tokens, so the
+	// noisy tenant is the heavy one by tokens as well as by requests.
+	noisyBody := []byte(fmt.Sprintf(`{"model":"m","stream":true,"messages":[{"role":"user","content":"A long task. %s"}],"max_tokens":%d}`,
+		strings.Repeat("context ", 1000), cfg.noisyTokens))
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, err := tenantStream(cl, url, "sk-quiet", quietBody); err == nil {
+		if _, err := tenantStream(cl, url, "sk-quiet", quietBody()); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			return tenantsOutcome{}, fmt.Errorf("router at %s does not serve: %w", url, err)
@@ -182,7 +199,7 @@ func tenantsOnce(ctx context.Context, c *cluster, cfg tenantsConfig, ips []strin
 	waitCount0, waitSum0 := quietWait(r)
 	start, before := time.Now(), noisyDone.Load()
 	for range cfg.quietRequests {
-		d, err := tenantStream(cl, url, "sk-quiet", quietBody)
+		d, err := tenantStream(cl, url, "sk-quiet", quietBody())
 		if err != nil {
 			mu.Lock()
 			fail(err)

@@ -68,6 +68,7 @@ func bindFlags(fs *flag.FlagSet) *flags {
 		o.QueuePolicy = fairqueue.Policy(v)
 		return nil
 	})
+	fs.BoolVar(&o.QueueReserve, "queue-reserve", false, "keep one slot of a saturated ModelServer free for each recently active tenant that holds none, so its next request does not wait for another tenant's to end (the slot idles meanwhile)")
 	fs.IntVar(&o.QueueSize, "queue-size", o.QueueSize, "requests that may wait for one ModelServer (503 beyond)")
 	fs.DurationVar(&o.QueueTimeout, "queue-timeout", o.QueueTimeout, "how long a request may wait in the queue (then 503 with Retry-After)")
 	f.showVersion = version.Flag(fs)

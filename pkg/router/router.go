@@ -133,6 +133,10 @@ type Options struct {
 	// QueueTimeout how long each may (503 with Retry-After after).
 	QueueSize    int
 	QueueTimeout time.Duration
+	// QueueReserve keeps, for each tenant active in the last fairqueue.ActiveWindow that
+	// holds no request, one of a ModelServer's slots free, so its next request goes at once
+	// rather than after one of another tenant's ends (at the cost of the slot idling).
+	QueueReserve bool
 }
 
 // Defaults fills in zero fields.

@@ -284,7 +284,7 @@ func (r *Router) queueFor(server string) *fairqueue.Queue {
 	defer ts.mu.Unlock()
 	q := ts.queues[server]
 	if q == nil {
-		q = fairqueue.New(r.opts.QueuePolicy, func() int { return r.capacity(server) }, r.opts.QueueSize, r.opts.QueueTimeout)
+		q = fairqueue.New(r.opts.QueuePolicy, func() int { return r.capacity(server) }, r.opts.QueueSize, r.opts.QueueTimeout, r.opts.QueueReserve)
 		ts.queues[server] = q
 	}
 	return q

@@ -11,6 +11,12 @@
 // tokens per unit of time. FIFO (Policy FIFO) orders by arrival alone: what the fairness is
 // measured against.
 //
+// Fair order alone cannot keep a quiet tenant's wait near zero: the queue does not preempt,
+// so with every slot held by a noisy tenant the quiet request waits for the next one to
+// end. With reserve set, a tenant may hold at most Limit minus one slot for each other
+// tenant active in the last ActiveWindow that holds none: a slot stays free for the quiet
+// tenant's next request, which goes at once, at the cost of that slot idling in between.
+//
 // The Queue does not know engines: Limit says how many requests may be in flight now, and
 // the Queue counts those it let go until they are released.
 package fairqueue
@@ -39,6 +45,9 @@ var ErrFull = errors.New("the queue is full")
 // ErrTimeout is returned when a request waited Timeout without being let go.
 var ErrTimeout = errors.New("timed out waiting for capacity")
 
+// ActiveWindow is how long after its last request a tenant counts as active (reserve).
+const ActiveWindow = 2 * time.Second
+
 // pollEvery is how often waiters look at Limit again: it changes with scraped load and
 // endpoints coming and going, not only when a request of this queue ends.
 const pollEvery = 20 * time.Millisecond
@@ -49,6 +58,7 @@ type Queue struct {
 	limit      func() int
 	maxWaiting int
 	timeout    time.Duration
+	reserve    bool
 
 	mu       sync.Mutex
 	inflight int
@@ -56,15 +66,39 @@ type Queue struct {
 	vtime    float64
 	finish   map[string]float64 // a tenant's last finish tag
 	seq      uint64
+	held     map[string]int       // requests let go and not released, by tenant
+	seen     map[string]time.Time // a tenant's last request (reserve)
 }
 
 // New is a queue of the given policy letting requests go while fewer than limit() are in
-// flight; at most maxWaiting wait (0: none), each at most timeout.
-func New(policy Policy, limit func() int, maxWaiting int, timeout time.Duration) *Queue {
+// flight; at most maxWaiting wait (0: none), each at most timeout. reserve keeps a slot
+// free for each active tenant that holds none (see the package comment).
+func New(policy Policy, limit func() int, maxWaiting int, timeout time.Duration, reserve bool) *Queue {
 	if policy != FIFO {
 		policy = Fair
 	}
-	return &Queue{policy: policy, limit: limit, maxWaiting: maxWaiting, timeout: timeout, finish: map[string]float64{}}
+	return &Queue{policy: policy, limit: limit, maxWaiting: maxWaiting, timeout: timeout, reserve: reserve,
+		finish: map[string]float64{}, held: map[string]int{}, seen: map[string]time.Time{}}
+}
+
+// eligible says whether a request of tenant t may take one of limit slots now (q.mu held).
+func (q *Queue) eligible(t string, limit int, now time.Time) bool {
+	if !q.reserve {
+		return true
+	}
+	others := 0
+	for u, last := range q.seen {
+		if u != t && q.held[u] == 0 && now.Sub(last) < ActiveWindow {
+			others++
+		}
+	}
+	return q.held[t] < max(1, limit-others)
+}
+
+// grant counts a request of tenant as let go (q.mu held).
+func (q *Queue) grant(tenant string) {
+	q.inflight++
+	q.held[tenant]++
 }
 
 type waiter struct {
@@ -81,10 +115,11 @@ type waiter struct {
 func (q *Queue) Acquire(ctx context.Context, tenant string, cost int64) (release func(), waited time.Duration, err error) {
 	begin := time.Now()
 	q.mu.Lock()
-	if len(q.waiting) == 0 && q.inflight < q.limit() {
-		q.inflight++
+	q.seen[tenant] = begin
+	if len(q.waiting) == 0 && q.inflight < q.limit() && q.eligible(tenant, q.limit(), begin) {
+		q.grant(tenant)
 		q.mu.Unlock()
-		return q.releaser(), 0, nil
+		return q.releaser(tenant), 0, nil
 	}
 	if len(q.waiting) >= q.maxWaiting {
 		q.mu.Unlock()
@@ -97,6 +132,8 @@ func (q *Queue) Acquire(ctx context.Context, tenant string, cost int64) (release
 	q.finish[tenant] = w.finish
 	heap.Push(&q.waiting, q.keyed(w))
 	q.mu.Unlock()
+	// Those waiting may all be tenants at their share while w's tenant is not.
+	q.dispatch()
 
 	deadline := time.NewTimer(q.timeout)
 	defer deadline.Stop()
@@ -105,7 +142,7 @@ func (q *Queue) Acquire(ctx context.Context, tenant string, cost int64) (release
 	for {
 		select {
 		case <-w.granted:
-			return q.releaser(), time.Since(begin), nil
+			return q.releaser(tenant), time.Since(begin), nil
 		case <-tick.C:
 			q.dispatch()
 		case <-deadline.C:
@@ -142,33 +179,45 @@ func (q *Queue) abandon(w *waiter) bool {
 	return true
 }
 
-func (q *Queue) releaser() func() {
+func (q *Queue) releaser(tenant string) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			q.mu.Lock()
 			q.inflight--
+			if q.held[tenant]--; q.held[tenant] <= 0 {
+				delete(q.held, tenant)
+			}
 			q.mu.Unlock()
 			q.dispatch()
 		})
 	}
 }
 
-// dispatch lets waiters go, lowest tag first, while there is room.
+// dispatch lets waiters go, lowest tag first, while there is room; with reserve, a waiter
+// whose tenant is at its share is passed over for the next.
 func (q *Queue) dispatch() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.waiting) == 0 {
 		return
 	}
-	limit := q.limit()
+	limit, now := q.limit(), time.Now()
+	var passed []*waiter
 	for len(q.waiting) > 0 && q.inflight < limit {
 		w := heap.Pop(&q.waiting).(*waiter)
+		if !q.eligible(w.tenant, limit, now) {
+			passed = append(passed, w)
+			continue
+		}
 		if q.policy == Fair {
 			q.vtime = max(q.vtime, w.start)
 		}
-		q.inflight++
+		q.grant(w.tenant)
 		close(w.granted)
+	}
+	for _, w := range passed {
+		heap.Push(&q.waiting, w)
 	}
 	if len(q.waiting) == 0 {
 		// No tenant is backlogged: every finish tag at or below V is as good as none.
@@ -176,6 +225,11 @@ func (q *Queue) dispatch() {
 			if f <= q.vtime {
 				delete(q.finish, t)
 			}
+		}
+	}
+	for t, last := range q.seen {
+		if now.Sub(last) >= ActiveWindow {
+			delete(q.seen, t)
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 // it returns the position (0-based) at which the quiet request went.
 func order(t *testing.T, p Policy, burst int) int {
 	t.Helper()
-	q := New(p, func() int { return 1 }, 1000, 10*time.Second)
+	q := New(p, func() int { return 1 }, 1000, 10*time.Second, false)
 	hold, _, err := q.Acquire(context.Background(), "noisy", 100)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestFairLetsAQuietTenantPastABurst(t *testing.T) {
 func TestTokensWeigh(t *testing.T) {
 	// Two backlogged tenants, one sending requests ten times as large: each gets about the
 	// same tokens, so the small one gets about ten requests per large one.
-	q := New(Fair, func() int { return 1 }, 1000, 10*time.Second)
+	q := New(Fair, func() int { return 1 }, 1000, 10*time.Second, false)
 	hold, _, _ := q.Acquire(context.Background(), "x", 1)
 	var mu sync.Mutex
 	var got []string
@@ -110,7 +110,7 @@ func TestTokensWeigh(t *testing.T) {
 }
 
 func TestFullAndTimeout(t *testing.T) {
-	q := New(Fair, func() int { return 1 }, 1, 50*time.Millisecond)
+	q := New(Fair, func() int { return 1 }, 1, 50*time.Millisecond, false)
 	hold, _, _ := q.Acquire(context.Background(), "a", 1)
 	defer hold()
 	errc := make(chan error, 1)
@@ -132,7 +132,7 @@ func TestFullAndTimeout(t *testing.T) {
 func TestLimitRisingLetsWaitersGo(t *testing.T) {
 	var mu sync.Mutex
 	limit := 0
-	q := New(Fair, func() int { mu.Lock(); defer mu.Unlock(); return limit }, 10, 5*time.Second)
+	q := New(Fair, func() int { mu.Lock(); defer mu.Unlock(); return limit }, 10, 5*time.Second, false)
 	done := make(chan time.Duration, 1)
 	go func() {
 		release, waited, err := q.Acquire(context.Background(), "a", 1)
@@ -154,5 +154,33 @@ func TestLimitRisingLetsWaitersGo(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("a waiter was not let go when the limit rose (no release happened)")
+	}
+}
+
+// With reserve, a tenant that holds nothing finds a slot free while another keeps the rest
+// busy and a backlog waiting; without it, it waits for one to end.
+func TestReserveKeepsASlotForAnActiveTenant(t *testing.T) {
+	for _, reserve := range []bool{true, false} {
+		q := New(Fair, func() int { return 2 }, 100, 200*time.Millisecond, reserve)
+		// The quiet tenant was active a moment ago.
+		r, _, err := q.Acquire(context.Background(), "quiet", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r()
+		for range 2 {
+			go func() { _, _, _ = q.Acquire(context.Background(), "noisy", 1) }() // held, never released
+		}
+		time.Sleep(50 * time.Millisecond)
+		_, waited, err := q.Acquire(context.Background(), "quiet", 1)
+		switch {
+		case reserve && (err != nil || waited > 10*time.Millisecond):
+			t.Errorf("reserve: the quiet tenant waited %s (%v) with a slot kept for it", waited, err)
+		case !reserve && err == nil:
+			t.Errorf("no reserve: the quiet tenant got a slot while the noisy one held both")
+		}
+		if reserve && q.InFlight() != 2 {
+			t.Errorf("reserve: %d in flight, want 2 (one noisy held back)", q.InFlight())
+		}
 	}
 }

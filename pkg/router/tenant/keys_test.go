@@ -33,6 +33,19 @@ func TestStripKeepsNoKey(t *testing.T) {
 	}
 }
 
+// client-go may hand an object to the transform again: the hash stays.
+func TestStripTwice(t *testing.T) {
+	once := secret("a", "t", "sk-secret", nil)
+	twice, _ := Strip(once)
+	var k Keys
+	if p := k.Replace([]*corev1.Secret{twice.(*corev1.Secret)}); len(p) != 0 {
+		t.Fatalf("problems: %v", p)
+	}
+	if _, ok := k.Lookup("sk-secret"); !ok {
+		t.Error("a Secret stripped twice lost its key")
+	}
+}
+
 func TestKeys(t *testing.T) {
 	var k Keys
 	problems := k.Replace([]*corev1.Secret{

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,19 +290,29 @@ func p90(d []time.Duration) time.Duration {
 	return s[(len(s)*9+9)/10-1]
 }
 
+var quietN atomic.Int64
+
 // quietSamples sends n requests of the quiet tenant one after another, a pause between
 // them, and returns their times to first token.
 func quietSamples(t *testing.T, r *router.Router, n int) []time.Duration {
 	t.Helper()
 	var out []time.Duration
 	for range n {
-		d, err := ttft(context.Background(), r, "sk-quiet", "a short question", 2)
+		// A new prompt of 1000 tokens each time (no prefix cache hit): about 100 ms of
+		// prefill, so the TTFT is the engine's work, as a real question's is.
+		d, err := ttft(context.Background(), r, "sk-quiet", fmt.Sprintf("q%06d %s", quietN.Add(1), strings.Repeat("word ", 798)), 2)
 		require.NoError(t, err)
 		out = append(out, d)
 		time.Sleep(50 * time.Millisecond)
 	}
 	return out
 }
+
+// noisyPrompt is the noisy tenant's long context (2000 tokens), sent again and again: the
+// engine finds it in its prefix cache, but it counts in the tenant's tokens, so the noisy
+// tenant is the heavy one by tokens (about 40000 a second) as well as by requests, and the
+// quiet one (1000 every 150 ms or so) the light one.
+var noisyPrompt = "a long task " + strings.Repeat("context ", 1000)
 
 // noisy keeps conc requests of the noisy tenant open through r until stop is closed.
 func noisy(t *testing.T, r *router.Router, conc int, stop <-chan struct{}) *sync.WaitGroup {
@@ -316,7 +327,7 @@ func noisy(t *testing.T, r *router.Router, conc int, stop <-chan struct{}) *sync
 					return
 				default:
 				}
-				if _, err := ttft(context.Background(), r, "sk-noisy", "a long task, many tokens out", 12); err != nil {
+				if _, err := ttft(context.Background(), r, "sk-noisy", noisyPrompt, 12); err != nil {
 					t.Errorf("noisy request: %v", err)
 					return
 				}
@@ -329,13 +340,15 @@ func noisy(t *testing.T, r *router.Router, conc int, stop <-chan struct{}) *sync
 // A noisy tenant keeps a ModelServer saturated (20 requests open where the router sends
 // 2 at a time; each engine answer takes about 100 ms) while a quiet one sends a short
 // request now and then. Through the fair queue the quiet one waits at most for one of the
-// noisy requests to end; in arrival order (FIFO) it waits behind the whole backlog.
+// noisy requests to end; in arrival order (FIFO) it waits behind the whole backlog; with
+// --queue-reserve a slot is kept free for it and it does not wait.
 //
-// What is asserted is each quiet request's wait in the queue (the router's
-// berth_router_tenant_queue_wait_seconds): on 2 cores shared by several test processes,
-// the quiet request's TTFT (about 10 ms alone) moves by more than 20% with the machine's
-// load whatever the queue does, while the wait is the queue's own doing. The TTFT p90s
-// are logged; bench/routerbench's tenants mode measures them on a quieter machine.
+// The quiet requests are new 1000-token prompts (about 100 ms of prefill); the noisy
+// tenant's are a cached 2000-token context, so it is the heavy tenant by tokens too.
+// What is asserted first is each quiet request's wait in the queue (the router's
+// berth_router_tenant_queue_wait_seconds), which is the queue's own doing; the TTFT p90s,
+// which the load of other tests on the same 2 cores also moves, are logged and bounded
+// loosely (bench/routerbench -tenants measures them).
 func TestFairQueueKeepsAQuietTenantAheadOfANoisyOnesBacklog(t *testing.T) {
 	w := newWorld(t, 1)
 	w.oneEngine("1") // real time: a noisy answer (12 tokens) takes about 100 ms
@@ -346,9 +359,12 @@ func TestFairQueueKeepsAQuietTenantAheadOfANoisyOnesBacklog(t *testing.T) {
 	fair.QueuePolicy = fairqueue.Fair
 	fifo := base
 	fifo.QueuePolicy = fairqueue.FIFO
-	rf, rq := startTenantRouter(t, fair, nil), startTenantRouter(t, fifo, nil)
+	reserve := fair
+	reserve.QueueReserve = true
+	rf, rq, rr := startTenantRouter(t, fair, nil), startTenantRouter(t, fifo, nil), startTenantRouter(t, reserve, nil)
 	w.waitServer(rf, "m", 1)
 	w.waitServer(rq, "m", 1)
+	w.waitServer(rr, "m", 1)
 
 	const samples = 20
 	solo := quietSamples(t, rf, samples)
@@ -367,6 +383,12 @@ func TestFairQueueKeepsAQuietTenantAheadOfANoisyOnesBacklog(t *testing.T) {
 		w.eventually("the noisy backlog builds", 10*time.Second, func() bool {
 			return gauge(t, r.MetricsRegistry(), "berth_router_fair_queue_waiting") >= 10
 		})
+		if r == rr {
+			// The quiet tenant is active (its slot kept) from its first request on; that
+			// first one may wait for a noisy request to end.
+			_, err := ttft(context.Background(), r, "sk-quiet", "a short question", 2)
+			require.NoError(t, err)
+		}
 		n, wait = waits(r, func() { ttfts = quietSamples(t, r, samples) })
 		close(stop)
 		wg.Wait()
@@ -374,11 +396,13 @@ func TestFairQueueKeepsAQuietTenantAheadOfANoisyOnesBacklog(t *testing.T) {
 	}
 	fairTTFT, fairN, fairWait := loaded(rf)
 	fifoTTFT, fifoN, fifoWait := loaded(rq)
+	resTTFT, resN, resWait := loaded(rr)
 	require.EqualValues(t, samples, fairN)
 	require.EqualValues(t, samples, fifoN)
-	fairMean, fifoMean := fairWait/samples, fifoWait/samples
-	t.Logf("quiet tenant TTFT p90: solo %s, with noisy + fair queue %s, with noisy + FIFO %s; mean queue wait fair %.0f ms, FIFO %.0f ms",
-		p90(solo), p90(fairTTFT), p90(fifoTTFT), fairMean*1000, fifoMean*1000)
+	require.EqualValues(t, samples, resN)
+	fairMean, fifoMean, resMean := fairWait/samples, fifoWait/samples, resWait/samples
+	t.Logf("quiet tenant TTFT p90: solo %s, with noisy + fair queue %s, + FIFO %s, + fair queue with reserve %s; mean queue wait fair %.1f ms, FIFO %.1f ms, reserve %.1f ms",
+		p90(solo), p90(fairTTFT), p90(fifoTTFT), p90(resTTFT), fairMean*1000, fifoMean*1000, resMean*1000)
 
 	// A noisy request holds its slot about 100 ms; two slots: the quiet one waits about
 	// 50 ms for the next to free, at worst 100 (plus scheduling on a loaded machine).
@@ -387,6 +411,14 @@ func TestFairQueueKeepsAQuietTenantAheadOfANoisyOnesBacklog(t *testing.T) {
 	assert.Greater(t, fifoMean, 0.4, "FIFO: the quiet tenant waits behind the noisy backlog")
 	assert.Greater(t, fifoMean, 3*fairMean)
 	assert.Greater(t, p90(fifoTTFT), p90(fairTTFT))
+	// With a slot kept for it, the quiet tenant does not wait at all (a dispatch is
+	// microseconds; 5 ms allows for scheduling on a loaded machine).
+	assert.Less(t, resMean, 0.005, "fair queue with reserve: the quiet tenant's mean wait")
+	// TTFT: with the slot kept, the quiet tenant's p90 was within 5% of its solo value here
+	// (the target is 20%); asserted at 50%, since other tests' load on the same 2 cores moves
+	// a 20-sample p90 by more than the queue does. In FIFO order it is ten times its solo.
+	assert.Less(t, float64(p90(resTTFT)), 1.5*float64(p90(solo)), "fair queue with reserve: quiet TTFT p90 against solo")
+	assert.Greater(t, float64(p90(fifoTTFT)), 1.2*float64(p90(solo)), "FIFO: quiet TTFT p90 against solo")
 	// Nothing was refused: the queue holds, it does not shed.
 	assert.Zero(t, counter(t, rf.MetricsRegistry(), "berth_router_tenant_rejections_total", nil))
 }
