@@ -575,8 +575,12 @@ func logRequest(log logr.Logger, x *exchange) {
 	log.Info("request", kv...)
 }
 
-// serveModels lists the models the routes serve, in OpenAI's format.
-func (r *Router) serveModels(w http.ResponseWriter, _ *http.Request) {
+// serveModels lists the models the routes serve, in OpenAI's format (to callers with a
+// key when the router authenticates, as OpenAI's /v1/models).
+func (r *Router) serveModels(w http.ResponseWriter, req *http.Request) {
+	if _, ok := r.authenticate(w, req, request.Chat, &exchange{}); !ok {
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(r.modelList())
 }

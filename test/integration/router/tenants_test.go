@@ -170,6 +170,18 @@ func TestAPIKeysAndTenantLimits(t *testing.T) {
 
 	status, _, body = call(t, r, "/v1/chat/completions", bearer("sk-team-a-one"), chatBody)
 	require.Equal(t, http.StatusOK, status, "%v", body)
+	// The model list too needs a key, as OpenAI's does.
+	for key, want := range map[string]int{"": http.StatusUnauthorized, "sk-team-a-one": http.StatusOK} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+r.Addr()+"/v1/models", nil)
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, want, resp.StatusCode, "GET /v1/models with key %q", key)
+	}
 
 	// Rotation: the Secret gets a new key; the old one is refused, the new one served.
 	w.apiKey("team-a-key", "team-a", "sk-team-a-two", nil)
@@ -217,7 +229,7 @@ func TestAPIKeysAndTenantLimits(t *testing.T) {
 	})
 
 	reg := r.MetricsRegistry()
-	assert.Equal(t, 1.0, counter(t, reg, "berth_router_tenant_rejections_total", map[string]string{"reason": "missing_api_key"}))
+	assert.Equal(t, 2.0, counter(t, reg, "berth_router_tenant_rejections_total", map[string]string{"reason": "missing_api_key"}), "the chat completion and the model list without a key")
 	assert.GreaterOrEqual(t, counter(t, reg, "berth_router_tenant_rejections_total", map[string]string{"tenant": "team-b", "reason": "rate_limit"}), 1.0)
 	assert.GreaterOrEqual(t, counter(t, reg, "berth_router_tenant_requests_total", map[string]string{"tenant": "team-a", "status": "200"}), 3.0)
 	assert.Greater(t, counter(t, reg, "berth_router_tenant_tokens_total", map[string]string{"tenant": "team-a", "type": "output"}), 0.0)
