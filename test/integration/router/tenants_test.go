@@ -426,8 +426,8 @@ func TestFairQueueKeepsAQuietTenantAheadOfANoisyOnesBacklog(t *testing.T) {
 	// With a slot kept for it, the quiet tenant does not wait at all (a dispatch is
 	// microseconds; 5 ms allows for scheduling on a loaded machine).
 	assert.Less(t, resMean, 0.005, "fair queue with reserve: the quiet tenant's mean wait")
-	// TTFT: with the slot kept, the quiet tenant's p90 was within 5% of its solo value here
-	// (the target is 20%); asserted at 50%, since other tests' load on the same 2 cores moves
+	// TTFT: with the slot kept, the quiet tenant's p90 was 1.04 and 1.25 times its solo
+	// value in two runs here (the target is 1.2); asserted at 1.5, since other tests' load on the same 2 cores moves
 	// a 20-sample p90 by more than the queue does. In FIFO order it is ten times its solo.
 	assert.Less(t, float64(p90(resTTFT)), 1.5*float64(p90(solo)), "fair queue with reserve: quiet TTFT p90 against solo")
 	assert.Greater(t, float64(p90(fifoTTFT)), 1.2*float64(p90(solo)), "FIFO: quiet TTFT p90 against solo")
