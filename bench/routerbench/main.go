@@ -15,6 +15,10 @@
 //     the same engines and driven by the same emulated Envoy (pkg/router/epp/epptest):
 //     decision latency at a fixed rate, and TTFT on the quality workload against round
 //     robin. Given alone, -epp runs only this experiment.
+//   - -tenants: the fair queue. A noisy tenant keeps a backlog of streams against engines
+//     the router (--auth=api-key, --queue-concurrency) keeps saturated, while a quiet tenant
+//     sends short requests: the quiet tenant's TTFT alone, beside the noisy one through the
+//     fair queue, in FIFO order, and through the fair queue with --queue-reserve. Given alone, it runs only this experiment.
 //
 // Progress goes to stderr, the markdown tables to stdout (and -out).
 package main
@@ -67,9 +71,19 @@ func main() {
 	eppWarm := flag.Duration("epp-warmup", 2*time.Second, "epp: warm-up at the same rate before it")
 	eppEngines := flag.Int("epp-engines", 4, "epp: engines of the decision latency measurement")
 	eppCSV := flag.String("epp-csv", "/tmp/routerbench-epp.csv", "epp: raw samples, one line per request (empty: none)")
+	doTenants := flag.Bool("tenants", false, "run the noisy/quiet tenants experiment (alone, unless -overhead or -quality is given too)")
+	tEngines := flag.Int("tenants-engines", 1, "tenants: engines")
+	tConc := flag.Int("tenants-concurrency", 2, "tenants: requests the router sends to an engine at a time (--queue-concurrency)")
+	tNoisy := flag.Int("tenants-noisy", 20, "tenants: streams the noisy tenant keeps open")
+	tNoisyTokens := flag.Int("tenants-noisy-tokens", 12, "tenants: tokens generated per noisy request")
+	tQuiet := flag.Int("tenants-quiet-requests", 50, "tenants: requests of the quiet tenant per configuration")
+	tQuietTokens := flag.Int("tenants-quiet-tokens", 1000, "tenants: prompt tokens of each quiet request (each prompt new: about 100 ms of prefill at time scale 1)")
+	tGap := flag.Duration("tenants-quiet-gap", 50*time.Millisecond, "tenants: pause between the quiet tenant's requests")
+	tScale := flag.Float64("tenants-timescale", 1, "tenants: engine time scale (1: real time; a 12-token answer takes about 100 ms)")
+	tCSV := flag.String("tenants-csv", "/tmp/routerbench-tenants.csv", "tenants: the quiet tenant's TTFTs, one line per request (empty: none)")
 	flag.Parse()
-	if *doEPP {
-		// -epp alone runs the picker experiment only; the others run when asked for.
+	if *doEPP || *doTenants {
+		// -epp or -tenants alone runs that experiment only; the others run when asked for.
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		*doOverhead = *doOverhead && set["overhead"]
@@ -128,6 +142,16 @@ func main() {
 		}
 		tables = append(tables, r.table)
 		fmt.Println(r.table)
+	}
+	if *doTenants {
+		t, err := runTenants(ctx, c, tenantsConfig{engines: *tEngines, concurrency: *tConc, noisyConc: *tNoisy, noisyTokens: *tNoisyTokens,
+			quietRequests: *tQuiet, quietTokens: *tQuietTokens, quietGap: *tGap, timeScale: *tScale, csv: *tCSV})
+		if err != nil {
+			c.stop()
+			must(err)
+		}
+		tables = append(tables, t)
+		fmt.Println(t)
 	}
 	if rec != nil {
 		must(rec.write(*figures))

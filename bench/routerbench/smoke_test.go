@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +110,53 @@ func tableRow(table, name string) []string {
 		}
 	}
 	return nil
+}
+
+// TestTenantsSmoke runs the noisy/quiet tenants experiment in small: every configuration
+// answers without errors, the table has its three rows, the CSV every quiet request, and the
+// quiet tenant waits less in the fair queue than in FIFO order (the noisy backlog is 5
+// requests of about 100 ms, 2 at a time: about 250 ms in FIFO, 50 ms fair), and less still
+// with a slot reserved for it (about 0).
+func TestTenantsSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane and four routers in turn (about 30 s)")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := startCluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop()
+	csvPath := filepath.Join(t.TempDir(), "tenants.csv")
+	cfg := tenantsConfig{engines: 1, concurrency: 2, noisyConc: 6, noisyTokens: 12, quietRequests: 8, quietTokens: 200, quietGap: 20 * time.Millisecond, timeScale: 1, csv: csvPath}
+	table, err := runTenants(ctx, c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + table)
+	var waits []float64
+	for _, tc := range tenantsConfigs {
+		row := tableRow(table, tc.name)
+		if row == nil || len(row) != 7 || row[6] != "0" {
+			t.Fatalf("tenants row for %s: %q; want 7 cells and no errors", tc.name, row)
+		}
+		w, err := strconv.ParseFloat(row[4], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, w)
+	}
+	if fair, fifo, reserve := waits[1], waits[2], waits[3]; fifo <= fair || reserve >= fair {
+		t.Errorf("the quiet tenant's mean queue wait: %.1f ms fair, %.1f ms FIFO, %.1f ms fair with reserve; want FIFO > fair > reserve", fair, fifo, reserve)
+	}
+	f, err := os.Open(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) != 1+len(tenantsConfigs)*cfg.quietRequests {
+		t.Errorf("%s: %d rows (%v), want %d", csvPath, len(rows), err, 1+len(tenantsConfigs)*cfg.quietRequests)
+	}
 }

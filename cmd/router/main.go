@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/berth-sh/berth/pkg/router"
+	"github.com/berth-sh/berth/pkg/router/fairqueue"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/version"
 )
@@ -43,12 +44,7 @@ func bindFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&o.AdminAddr, "admin-addr", ":8081", "address of /metrics, /healthz, /readyz and /version (\"\" disables it)")
 	fs.BoolVar(&o.MetricsAuth, "metrics-auth", true, "serve the admin listener over HTTPS and /metrics only to callers the apiserver authenticates and authorizes for GET /metrics")
 	fs.Func("gateway-addresses", "comma-separated addresses (IPs or DNS names) where clients reach the Gateway listeners, such as the router Service's; written into every Programmed Gateway's status.addresses", func(v string) error {
-		o.GatewayAddresses = nil
-		for a := range strings.SplitSeq(v, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				o.GatewayAddresses = append(o.GatewayAddresses, a)
-			}
-		}
+		o.GatewayAddresses = splitList(v)
 		return nil
 	})
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis (host:port) for the global rate limits of ModelRoutes whose rateLimit.global names no Redis of its own")
@@ -66,10 +62,51 @@ func bindFlags(fs *flag.FlagSet) *flags {
 	fs.DurationVar(&o.ScrapeInterval, "scrape-interval", o.ScrapeInterval, "how often each endpoint's /metrics and /v1/models are read")
 	fs.StringVar(&f.policy, "policy", f.policy, "endpoint picking: \"scored\" (weighted --scorers) or \"round-robin\"")
 	fs.StringVar(&o.Scorers, "scorers", o.Scorers, "scorer=weight list: "+pick.LeastRequests+", "+pick.KVCache+", "+pick.PrefixCache+", "+pick.Latency+", "+pick.LoRA)
+	fs.StringVar(&o.Auth, "auth", o.Auth, "\"none\": serve every caller (the sandbox's default); \"api-key\": callers send an API key (Authorization: Bearer, or x-api-key on /v1/messages) held in a Secret labelled berth.sh/router-api-key=true, whose berth.sh/tenant label names their tenant (docs/router.md)")
+	fs.Func("api-key-namespaces", "comma-separated namespaces whose API key Secrets are read (--auth=api-key); \"*\" every namespace; default the router's own", func(v string) error {
+		o.APIKeyNamespaces = splitList(v)
+		return nil
+	})
+	fs.IntVar(&o.QueueConcurrency, "queue-concurrency", 0, "requests sent at once to each Ready endpoint of a ModelServer (less what other replicas send); beyond it requests wait in a fair queue shared by tokens between tenants. 0: no queue")
+	fs.Func("queue-policy", "order of waiting requests: \"fair\" (start-time fair queueing by tokens between tenants) or \"fifo\" (default fair)", func(v string) error {
+		o.QueuePolicy = fairqueue.Policy(v)
+		return nil
+	})
+	fs.BoolVar(&o.QueueReserve, "queue-reserve", false, "keep one slot of a saturated ModelServer free for each recently active tenant that holds none, so its next request does not wait for another tenant's to end (the slot idles meanwhile)")
+	fs.IntVar(&o.QueueSize, "queue-size", o.QueueSize, "requests that may wait for one ModelServer (503 beyond)")
+	fs.DurationVar(&o.QueueTimeout, "queue-timeout", o.QueueTimeout, "how long a request may wait in the queue (then 503 with Retry-After)")
 	f.showVersion = version.Flag(fs)
 	f.zap.BindFlags(fs)
 	config.RegisterFlags(fs) // --kubeconfig, as controller-runtime registers it
 	return f
+}
+
+// splitList is a comma-separated flag's values, blanks dropped.
+func splitList(v string) []string {
+	var out []string
+	for a := range strings.SplitSeq(v, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// serviceAccountNamespace is where the kubelet writes the pod's namespace.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// apiKeyNamespaces resolves --api-key-namespaces: "*" is every namespace, none the
+// router's own (read from its service account; every namespace when not in a pod).
+func apiKeyNamespaces(ns []string) []string {
+	if len(ns) == 1 && ns[0] == "*" {
+		return nil
+	}
+	if len(ns) == 0 {
+		if b, err := os.ReadFile(serviceAccountNamespace); err == nil && strings.TrimSpace(string(b)) != "" {
+			return []string{strings.TrimSpace(string(b))}
+		}
+	}
+	return ns
 }
 
 func main() {
@@ -81,6 +118,7 @@ func main() {
 		return
 	}
 	o.Policy = pick.Policy(f.policy)
+	o.APIKeyNamespaces = apiKeyNamespaces(o.APIKeyNamespaces)
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	log := ctrl.Log.WithName("berth-router")
 	log.Info("starting berth-router", version.Get().KeysAndValues()...)

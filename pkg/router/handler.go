@@ -41,6 +41,7 @@ type exchange struct {
 	route      string
 	model      string // the metric label: a model the route declares (metricModel)
 	asked      string // the model the request named, for the log
+	tenant     string // the caller's tenant (empty without authentication)
 	server     string // the target (ModelServer or ExternalModelProvider) as namespace/name
 	targetKind match.Kind
 	endpoint   string
@@ -131,6 +132,10 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 		fail(http.StatusMethodNotAllowed, "method_not_allowed", "", req.Method+" is not allowed; send POST")
 		return
 	}
+	tn, ok := r.authenticate(w, req, kind, x)
+	if !ok {
+		return
+	}
 	if in == nil {
 		body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
 		if err != nil {
@@ -159,6 +164,14 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 		return
 	}
 	res, first, limiter, limits := adm.res, adm.first, adm.limiter, adm.limits
+	server := ""
+	if first.server != nil {
+		server = x.server
+	}
+	done, ok := r.gate(req.Context(), w, kind, tn, server, in, x)
+	if !ok {
+		return
+	}
 
 	ctx := req.Context()
 	if t := first.policy().Timeout; t > 0 {
@@ -167,6 +180,7 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 		defer cancel()
 	}
 	relayed, ok := r.forward(ctx, w, req, x, snap, res, first, in)
+	done(relayed)
 	if relayed.Status/100 == 2 {
 		input := relayed.InputTokens
 		if input == 0 {
@@ -578,6 +592,7 @@ func (r *Router) finish(x *exchange) {
 	endRequest(x)
 	status := strconv.Itoa(x.status)
 	r.metrics.requests.WithLabelValues(x.route, x.model, status).Inc()
+	r.countTenant(x)
 	if x.status/100 == 2 {
 		r.metrics.duration.WithLabelValues(x.route, x.model).Observe(time.Since(x.start).Seconds())
 	}
@@ -596,11 +611,18 @@ func logRequest(log logr.Logger, x *exchange) {
 	if x.reason != "" {
 		kv = append(kv, "reason", x.reason)
 	}
+	if x.tenant != "" {
+		kv = append(kv, "tenant", x.tenant)
+	}
 	log.Info("request", kv...)
 }
 
-// serveModels lists the models the routes serve, in OpenAI's format.
-func (r *Router) serveModels(w http.ResponseWriter, _ *http.Request) {
+// serveModels lists the models the routes serve, in OpenAI's format (to callers with a
+// key when the router authenticates, as OpenAI's /v1/models).
+func (r *Router) serveModels(w http.ResponseWriter, req *http.Request) {
+	if _, ok := r.authenticate(w, req, request.Chat, &exchange{}); !ok {
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(r.modelList())
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/berth-sh/berth/pkg/apicheck"
 	"github.com/berth-sh/berth/pkg/router/certs"
+	"github.com/berth-sh/berth/pkg/router/fairqueue"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/router/proxy"
 	"github.com/berth-sh/berth/pkg/router/ratelimit"
@@ -135,6 +136,27 @@ type Options struct {
 	// Tracing exports OpenTelemetry spans over OTLP when it (or the standard OTEL_*
 	// environment) names a collector; off by default (package tracing).
 	Tracing tracing.Config
+	// Auth is AuthNone (every caller served: the default, for the sandbox) or AuthAPIKey:
+	// callers present an API key from a key Secret, which names their tenant (tenants.go,
+	// package tenant). Proxy mode only.
+	Auth string
+	// APIKeyNamespaces are the namespaces whose key Secrets are read (none: every namespace).
+	APIKeyNamespaces []string
+	// QueueConcurrency, when positive, is how many requests this router sends to each Ready
+	// endpoint of a ModelServer at once (less what other replicas send there); beyond it
+	// requests wait in the server's fair queue (package fairqueue), let go by QueuePolicy.
+	QueueConcurrency int
+	// QueuePolicy orders waiting requests: fairqueue.Fair (the default; tenants share by
+	// tokens) or fairqueue.FIFO.
+	QueuePolicy fairqueue.Policy
+	// QueueSize bounds how many requests wait for one ModelServer (503 beyond);
+	// QueueTimeout how long each may (503 with Retry-After after).
+	QueueSize    int
+	QueueTimeout time.Duration
+	// QueueReserve keeps, for each tenant active in the last fairqueue.ActiveWindow that
+	// holds no request, one of a ModelServer's slots free, so its next request goes at once
+	// rather than after one of another tenant's ends (at the cost of the slot idling).
+	QueueReserve bool
 }
 
 // Defaults fills in zero fields.
@@ -178,6 +200,18 @@ func (o *Options) Defaults() {
 	if o.TLSReloadInterval == 0 {
 		o.TLSReloadInterval = certs.DefaultInterval
 	}
+	if o.Auth == "" {
+		o.Auth = AuthNone
+	}
+	if o.QueuePolicy == "" {
+		o.QueuePolicy = fairqueue.Fair
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = 1000
+	}
+	if o.QueueTimeout == 0 {
+		o.QueueTimeout = 30 * time.Second
+	}
 }
 
 // Router serves requests. Create with New, run with Run.
@@ -199,6 +233,8 @@ type Router struct {
 	// the reloaded CA bundle for https model servers (nil: UpstreamTLS as given).
 	listenerCert *certs.Listener
 	upstreamCA   *certs.CAPool
+	// tenants is nil unless the router authenticates callers or queues requests (tenants.go).
+	tenants *tenantServing
 
 	stopping atomic.Bool
 	ready    chan struct{}
@@ -276,6 +312,9 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 		draining: make(chan struct{}),
 	}
 	r.scraper.OwnLoad = picker.InFlight
+	if err := r.enableTenants(); err != nil {
+		return nil, err
+	}
 	if !o.DisableGateway {
 		if err := apicheck.Check(cfg, "berth-router", gatewayAPIs()); err != nil {
 			if o.EPPPool != "" {
@@ -438,6 +477,10 @@ func (r *Router) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+
+	if err := r.startTenants(viewCtx); err != nil {
+		return err
 	}
 
 	var servers []*http.Server
