@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,7 +52,12 @@ func bindFlags(fs *flag.FlagSet) *flags {
 		}
 		return nil
 	})
-	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis (host:port) for the global rate limits of ModelRoutes whose rateLimit.global names no Redis of its own")
+	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis (host:port) for the global rate limits of ModelRoutes whose rateLimit.global names no Redis of its own, and through which the replicas share their prefix index and in-flight counts (see --shared-state)")
+	fs.BoolFunc("shared-state", "share the prefix index and in-flight counts with the other replicas through --redis-addr (default true; =false keeps them to this replica)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		o.DisableSharedState = !on
+		return err
+	})
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serve the API over HTTPS with this certificate (needs --tls-key-file)")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "private key of --tls-cert-file")
 	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", o.MaxBodyBytes, "largest request body accepted (413 beyond)")
