@@ -14,8 +14,9 @@
 //     newest Retain entries; a replica that starts, or reconnects, first reads the retained
 //     tail (from where it left off, or from the start), so a replica that dies loses
 //     nothing the others or its successor need.
-//   - <key>:load, every LoadInterval while a replica has requests open (and once when it
-//     drops to none): its per-endpoint in-flight counts, replacing what it told before.
+//   - <key>:load, at each pick (at most every 10ms) and every LoadInterval while a replica
+//     has requests open (and once when it drops to none): its per-endpoint in-flight
+//     counts, replacing what it told before.
 //     A peer's counts count only while it keeps publishing (LoadTTL), so a replica that
 //     dies does not leave its requests counted forever.
 //
@@ -52,8 +53,9 @@ type Options struct {
 	// Retain is about how many prefix entries the stream keeps (default 20000): what a
 	// starting replica reads to learn the others' recent picks.
 	Retain int64
-	// LoadInterval is how often in-flight counts are published (default 200ms); LoadTTL is
-	// how long a peer's counts count after its last publication (default 5 × LoadInterval).
+	// LoadInterval is how often in-flight counts are published (default 50ms; a pick also
+	// publishes them at once, at most every 10ms); LoadTTL is how long a peer's counts count
+	// after its last publication (default 1s).
 	LoadInterval, LoadTTL time.Duration
 	// ID names this replica in the streams (default random), so it skips its own entries.
 	ID string
@@ -67,10 +69,10 @@ func (o *Options) defaults() {
 		o.Retain = 20000
 	}
 	if o.LoadInterval <= 0 {
-		o.LoadInterval = 200 * time.Millisecond
+		o.LoadInterval = 50 * time.Millisecond
 	}
 	if o.LoadTTL <= 0 {
-		o.LoadTTL = 5 * o.LoadInterval
+		o.LoadTTL = max(time.Second, 5*o.LoadInterval)
 	}
 	if o.ID == "" {
 		var b [6]byte
@@ -110,6 +112,8 @@ type Shared struct {
 	now    func() time.Time
 
 	picks chan pickEvent
+	// kick asks for the in-flight counts to be published now (a pick raised one).
+	kick chan struct{}
 
 	mu    sync.Mutex
 	peers map[string]peerLoad
@@ -128,6 +132,7 @@ func New(o Options, target Target, reg prometheus.Registerer, log logr.Logger) *
 		client: redis.NewClient(&redis.Options{Addr: o.Addr, DialTimeout: time.Second, DialerRetries: 1,
 			ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1}),
 		picks: make(chan pickEvent, 4096),
+		kick:  make(chan struct{}, 1),
 		peers: map[string]peerLoad{},
 		err:   errNotYet,
 		since: time.Now(),
@@ -142,6 +147,10 @@ func (s *Shared) ID() string { return s.o.ID }
 // Picked implements pick.Peers: the pick is queued for publishing (dropped, and counted,
 // when the queue is full: the pick path never waits for Redis).
 func (s *Shared) Picked(prefix []uint64, addr string) {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 	if len(prefix) == 0 {
 		return
 	}
@@ -228,6 +237,7 @@ func (s *Shared) publish(ctx context.Context) {
 	tick := time.NewTicker(s.o.LoadInterval)
 	defer tick.Stop()
 	lastLoad := map[string]int64{}
+	var lastAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -256,26 +266,37 @@ func (s *Shared) publish(ctx context.Context) {
 				continue
 			}
 			s.m.events.WithLabelValues("published", "prefix").Add(float64(n))
+		case <-s.kick:
+			if time.Since(lastAt) < 10*time.Millisecond {
+				continue // the ticker publishes it soon enough
+			}
+			s.publishLoad(ctx, lastLoad, func(l map[string]int64) { lastLoad, lastAt = l, time.Now() })
 		case <-tick.C:
-			own := s.target.OwnInFlight()
-			if len(own) == 0 && len(lastLoad) == 0 {
-				continue // nothing open, and the peers know it (or forget us within LoadTTL)
-			}
-			vals := []any{"r", s.o.ID}
-			for addr, c := range own {
-				vals = append(vals, addr, c)
-			}
-			err := s.client.XAdd(ctx, &redis.XAddArgs{Stream: s.loadKey(), MaxLen: 1000, Approx: true, Values: vals}).Err()
-			if err != nil {
-				if ctx.Err() == nil {
-					s.setErr(err)
-				}
-				continue
-			}
-			lastLoad = own
-			s.m.events.WithLabelValues("published", "load").Inc()
+			s.publishLoad(ctx, lastLoad, func(l map[string]int64) { lastLoad, lastAt = l, time.Now() })
 		}
 	}
+}
+
+// publishLoad publishes this replica's in-flight counts unless they and the last published
+// are both empty; sent is told what was published.
+func (s *Shared) publishLoad(ctx context.Context, lastLoad map[string]int64, sent func(map[string]int64)) {
+	own := s.target.OwnInFlight()
+	if len(own) == 0 && len(lastLoad) == 0 {
+		return // nothing open, and the peers know it (or forget us within LoadTTL)
+	}
+	vals := []any{"r", s.o.ID}
+	for addr, c := range own {
+		vals = append(vals, addr, c)
+	}
+	err := s.client.XAdd(ctx, &redis.XAddArgs{Stream: s.loadKey(), MaxLen: 1000, Approx: true, Values: vals}).Err()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.setErr(err)
+		}
+		return
+	}
+	sent(own)
+	s.m.events.WithLabelValues("published", "load").Inc()
 }
 
 // follow reads the retained prefix entries, then follows both streams; after an error it
