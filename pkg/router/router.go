@@ -337,15 +337,20 @@ func (r *Router) Handler() http.Handler {
 
 func (r *Router) health(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		switch {
 		case r.stopping.Load():
 			http.Error(w, "stopping", http.StatusServiceUnavailable)
 		case !r.view.Synced():
 			http.Error(w, "routes, servers and pods not synced yet", http.StatusServiceUnavailable)
 		default:
-			// Ready either way: a replica that cannot share still serves (the detail says so).
-			_, _ = w.Write([]byte("ok\n" + r.SharedState() + "\n"))
+			// Ready either way: a replica that cannot share still serves. ?verbose (as the
+			// apiserver's /readyz) adds the detail: whether it shares with the other replicas.
+			body := "ok\n"
+			if req.URL.Query().Has("verbose") {
+				body += r.SharedState() + "\n"
+			}
+			_, _ = w.Write([]byte(body))
 		}
 	})
 }

@@ -200,7 +200,7 @@ func TestSharedStateDegradedWithoutRedis(t *testing.T) {
 
 	var detail string
 	w.eventually("readiness says degraded", 10*time.Second, func() bool {
-		resp, err := http.Get("http://" + r.Addr() + "/readyz")
+		resp, err := http.Get("http://" + r.Addr() + "/readyz?verbose")
 		if err != nil {
 			return false
 		}
