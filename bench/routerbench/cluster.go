@@ -175,9 +175,14 @@ type routerHandle struct {
 // request, so its view holds the pods before any load is measured.
 // scrapeInterval 0 keeps the router's default (1s).
 func (c *cluster) startRouter(ctx context.Context, policy pick.Policy, scorers string, scrapeInterval time.Duration, probeBody []byte) (*routerHandle, error) {
-	r, err := router.New(c.cp.RESTConfig(), router.Options{
-		Addr: "127.0.0.1:0", Policy: policy, Scorers: scorers, ShutdownTimeout: 5 * time.Second, ScrapeInterval: scrapeInterval,
-	}, logr.Discard())
+	return c.startRouterWith(ctx, router.Options{Policy: policy, Scorers: scorers, ScrapeInterval: scrapeInterval}, probeBody)
+}
+
+// startRouterWith is startRouter with more options (a Redis to share through).
+func (c *cluster) startRouterWith(ctx context.Context, o router.Options, probeBody []byte) (*routerHandle, error) {
+	o.Addr, o.ShutdownTimeout = "127.0.0.1:0", 5*time.Second
+	policy := o.Policy
+	r, err := router.New(c.cp.RESTConfig(), o, logr.Discard())
 	if err != nil {
 		return nil, err
 	}

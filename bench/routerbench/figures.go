@@ -24,8 +24,11 @@ type recorder struct {
 	// Quality: per router configuration, every TTFT (simulated ms) pooled.
 	ttft     map[string][]float64
 	policies []string
+	// Replicas: per configuration (router replicas, or round robin), every TTFT pooled.
+	repTTFT  map[string][]float64
+	repNames []string
 	// The CSVs, a row per sample.
-	overhead, rates, quality *figure.Table
+	overhead, rates, quality, replicas *figure.Table
 }
 
 func newRecorder() *recorder {
@@ -35,6 +38,24 @@ func newRecorder() *recorder {
 		overhead: figure.NewTable("run", "path", "open_loop_requests_per_second", "requests", "quantile", "latency_ms"),
 		quality:  figure.NewTable("run", "router", "requests", "quantile", "ttft_simulated_ms"),
 		rates:    figure.NewTable("run", "path", "closed_loop_max_requests_per_second"),
+		repTTFT:  map[string][]float64{},
+		replicas: figure.NewTable("run", "routers", "requests", "quantile", "ttft_simulated_ms"),
+	}
+}
+
+// replicasRun records every TTFT (simulated ms) of one replicas configuration's run.
+func (r *recorder) replicasRun(run int, name string, ttft []float64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.repTTFT[name]; !ok {
+		r.repNames = append(r.repNames, name)
+	}
+	r.repTTFT[name] = append(r.repTTFT[name], ttft...)
+	for _, q := range cdfPoints(ttft) {
+		r.replicas.Add(run+1, name, len(ttft), q[0], q[1])
 	}
 }
 
@@ -108,7 +129,7 @@ func cdfPoints(vals []float64) [][2]float64 {
 // write writes what was recorded into dir: overhead-latency.svg (the CDF of each path's
 // open-loop latency, every run pooled) with overhead-latency.csv (each run's quantiles) and
 // overhead-max.csv, and quality-ttft.svg (the CDF of each router configuration's TTFT) with
-// quality-ttft.csv (each run's quantiles).
+// quality-ttft.csv (each run's quantiles), and replicas-ttft.svg with replicas-ttft.csv.
 func (r *recorder) write(dir string) error {
 	if len(r.paths) > 0 {
 		var samples []figure.Sample
@@ -144,6 +165,23 @@ func (r *recorder) write(dir string) error {
 			return err
 		}
 		if err := r.quality.WriteFile(filepath.Join(dir, "quality-ttft.csv")); err != nil {
+			return err
+		}
+	}
+	if len(r.repNames) > 0 {
+		var samples []figure.Sample
+		for _, n := range r.repNames {
+			samples = append(samples, figure.Sample{Name: n, Values: r.repTTFT[n]})
+		}
+		if err := figure.Save(filepath.Join(dir, "replicas-ttft.svg"), figure.CDF{
+			Title:   "Time to first token on the shared-prefix trace through 1, 2 and 4 router replicas sharing one Redis",
+			XLabel:  "TTFT, simulated ms (log scale)",
+			LogX:    true,
+			Samples: samples,
+		}); err != nil {
+			return err
+		}
+		if err := r.replicas.WriteFile(filepath.Join(dir, "replicas-ttft.csv")); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,10 @@
 //     many users) at a Poisson rate, through berth-router with round robin, least-requests
 //     and the default prefix-aware scorers, each on freshly started engines: time to first
 //     token, completed requests/s and the engines' prefix-cache hit rate.
+//   - -replicas 1,2,4: the quality workload through that many berth-router replicas behind a
+//     round-robin balancer, sharing their prefix index and in-flight counts through one
+//     redis-server, and through one round-robin router: does prefix affinity survive
+//     running several replicas? Given alone, -replicas runs only this experiment.
 //   - -epp: berth-router as an endpoint picker (--mode=epp) beside a peer picker binary
 //     (-epp-peer, the Inference Extension's reference EPP), both over one InferencePool of
 //     the same engines and driven by the same emulated Envoy (pkg/router/epp/epptest):
@@ -29,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,9 +86,21 @@ func main() {
 	tGap := flag.Duration("tenants-quiet-gap", 50*time.Millisecond, "tenants: pause between the quiet tenant's requests")
 	tScale := flag.Float64("tenants-timescale", 1, "tenants: engine time scale (1: real time; a 12-token answer takes about 100 ms)")
 	tCSV := flag.String("tenants-csv", "/tmp/routerbench-tenants.csv", "tenants: the quiet tenant's TTFTs, one line per request (empty: none)")
+	replicas := flag.String("replicas", "", "replicas: comma-separated router replica counts to run the quality workload through (e.g. 1,2,4; needs redis-server on PATH); empty: not run")
 	flag.Parse()
-	if *doEPP || *doTenants {
-		// -epp or -tenants alone runs that experiment only; the others run when asked for.
+	var replicaCounts []int
+	for _, f := range strings.Split(*replicas, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			must(fmt.Errorf("-replicas %q: want counts of 1 or more, such as 1,2,4", *replicas))
+		}
+		replicaCounts = append(replicaCounts, n)
+	}
+	if *doEPP || *doTenants || len(replicaCounts) > 0 {
+		// -epp, -tenants or -replicas alone runs that experiment only; the others run when asked for.
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		*doOverhead = *doOverhead && set["overhead"]
@@ -126,6 +143,17 @@ func main() {
 		qcfg := qcfg
 		qcfg.rec = rec
 		t, err := runQuality(ctx, c, qcfg)
+		if err != nil {
+			c.stop()
+			must(err)
+		}
+		tables = append(tables, t)
+		fmt.Println(t)
+	}
+	if len(replicaCounts) > 0 {
+		qcfg := qcfg
+		qcfg.rec = rec
+		t, err := runReplicas(ctx, c, qcfg, replicaCounts)
 		if err != nil {
 			c.stop()
 			must(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-sh/berth/internal/chatstream"
 	"github.com/berth-sh/berth/internal/quantile"
+	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/router/pick"
 	"github.com/berth-sh/berth/pkg/sim/engine"
 )
@@ -225,6 +226,12 @@ func runQuality(ctx context.Context, c *cluster, cfg qualityConfig) (string, err
 
 // qualityOnce starts fresh engines and a router with p, replays load, and stops both.
 func qualityOnce(ctx context.Context, c *cluster, ecfg engine.Config, ips []string, p policy, load []arrival) (qualityOutcome, error) {
+	return qualityThrough(ctx, c, ecfg, ips, load, 1, router.Options{Policy: p.policy, Scorers: p.scorers})
+}
+
+// qualityThrough starts fresh engines and n routers with o, replays load with request i
+// sent to router i mod n (a round-robin balancer in front of the replicas), and stops them.
+func qualityThrough(ctx context.Context, c *cluster, ecfg engine.Config, ips []string, load []arrival, n int, ro router.Options) (qualityOutcome, error) {
 	engines, err := startEngines(ecfg, ips)
 	if err != nil {
 		return qualityOutcome{}, err
@@ -234,11 +241,16 @@ func qualityOnce(ctx context.Context, c *cluster, ecfg engine.Config, ips []stri
 	// in the prefix caches a later request could hit.
 	// The router scrapes once per simulated second (its default of 1s, scaled), so the
 	// engine metrics it scores on are as fresh, in engine time, as in a real cluster.
-	rt, err := c.startRouter(ctx, p.policy, p.scorers, time.Duration(float64(time.Second)*ecfg.TimeScale), overheadBody)
-	if err != nil {
-		return qualityOutcome{}, err
+	ro.ScrapeInterval = time.Duration(float64(time.Second) * ecfg.TimeScale)
+	urls := make([]string, n)
+	for i := range n {
+		rt, err := c.startRouterWith(ctx, ro, overheadBody)
+		if err != nil {
+			return qualityOutcome{}, err
+		}
+		defer rt.stop()
+		urls[i] = rt.url
 	}
-	defer rt.stop()
 
 	cl := newHTTPClient(0)
 	defer cl.CloseIdleConnections()
@@ -254,7 +266,7 @@ func qualityOnce(ctx context.Context, c *cluster, ecfg engine.Config, ips []stri
 			time.Sleep(d)
 		}
 		wg.Go(func() {
-			ttft[i], failed[i] = streamOne(cl, rt.url, a.body, due)
+			ttft[i], failed[i] = streamOne(cl, urls[i%n], a.body, due)
 			ends[i] = time.Now()
 		})
 	}

@@ -14,7 +14,7 @@ import (
 // TestOverheadAndQualitySmall runs the overhead and quality experiments in small (one short
 // run each, berth-router in this process) so make test keeps them and their figures
 // working: every path (direct, nginx, berth-rr, berth-scored) and every router policy ran
-// and answered without errors, the tables have a row for each, and the figures and CSVs
+// (and the replicas experiment, 1 and 2 replicas sharing a Redis) and answered without errors, the tables have a row for each, and the figures and CSVs
 // are written. nginx is the Debian nginx-light that make test-deps installs.
 func TestOverheadAndQualitySmall(t *testing.T) {
 	if testing.Short() {
@@ -67,6 +67,24 @@ func TestOverheadAndQualitySmall(t *testing.T) {
 		}
 	}
 
+	// Replicas, tiny: one and two replicas sharing a Redis, and round robin.
+	rq := q
+	rq.requests = 60
+	table, err = runReplicas(ctx, c, rq, []int{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + table)
+	for _, name := range []string{replicasRoundRobin, "1 replica", "2 replicas"} {
+		row := tableRow(table, name)
+		if row == nil || len(row) != 8 || row[7] != "0" {
+			t.Errorf("replicas row for %s: %q; want 8 cells and no errors", name, row)
+		}
+		if got := len(rec.repTTFT[name]); got != rq.requests {
+			t.Errorf("%s: %d TTFTs recorded, want %d", name, got, rq.requests)
+		}
+	}
+
 	dir := t.TempDir()
 	if err := rec.write(dir); err != nil {
 		t.Fatal(err)
@@ -74,6 +92,7 @@ func TestOverheadAndQualitySmall(t *testing.T) {
 	for file, names := range map[string][]string{
 		"overhead-latency.svg": paths,
 		"quality-ttft.svg":     {"round-robin", "least-requests", "prefix-aware"},
+		"replicas-ttft.svg":    {"round robin", "1 replica", "2 replicas"},
 	} {
 		svg, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
@@ -89,6 +108,7 @@ func TestOverheadAndQualitySmall(t *testing.T) {
 		"overhead-latency.csv": 1 + len(paths)*len(cdfPoints([]float64{1})),
 		"overhead-max.csv":     1 + len(paths),
 		"quality-ttft.csv":     1 + len(qualityPolicies)*len(cdfPoints([]float64{1})),
+		"replicas-ttft.csv":    1 + 3*len(cdfPoints([]float64{1})),
 	} {
 		f, err := os.Open(filepath.Join(dir, file))
 		if err != nil {

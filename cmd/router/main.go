@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,7 +48,12 @@ func bindFlags(fs *flag.FlagSet) *flags {
 		o.GatewayAddresses = splitList(v)
 		return nil
 	})
-	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis (host:port) for the global rate limits of ModelRoutes whose rateLimit.global names no Redis of its own")
+	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis (host:port) for the global rate limits of ModelRoutes whose rateLimit.global names no Redis of its own, and through which the replicas share their prefix index and in-flight counts (see --shared-state)")
+	fs.BoolFunc("shared-state", "share the prefix index and in-flight counts with the other replicas through --redis-addr (default true; =false keeps them to this replica)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		o.DisableSharedState = !on
+		return err
+	})
 	fs.StringVar(&o.Tracing.Endpoint, "otlp-endpoint", "", "export OpenTelemetry trace spans over OTLP/gRPC to this collector (host:port, or an http:// or https:// URL); empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, and with neither no spans are made (OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG choose the sampler)")
 	fs.BoolVar(&o.Tracing.Insecure, "otlp-insecure", false, "send spans to a host:port --otlp-endpoint without TLS")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "serve the API over HTTPS with this certificate (needs --tls-key-file)")

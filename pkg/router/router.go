@@ -31,6 +31,7 @@ import (
 	"github.com/berth-sh/berth/pkg/router/ratelimit"
 	"github.com/berth-sh/berth/pkg/router/request"
 	"github.com/berth-sh/berth/pkg/router/scrape"
+	"github.com/berth-sh/berth/pkg/router/shared"
 	"github.com/berth-sh/berth/pkg/router/tracing"
 	"github.com/berth-sh/berth/pkg/router/view"
 )
@@ -107,6 +108,9 @@ type Options struct {
 	// rateLimit.global names none: one Redis per installation, set once by the operator,
 	// rather than in every route. A route's own address wins.
 	RedisAddr string
+	// DisableSharedState keeps this replica's prefix index and in-flight counts to itself
+	// even with a RedisAddr (package shared; by default replicas share them through it).
+	DisableSharedState bool
 	// UpstreamTLS is used for ModelServers whose workloadPort protocol is https.
 	UpstreamTLS *tls.Config
 	// UpstreamCAFile is a PEM bundle of the CAs that sign the https model servers'
@@ -235,6 +239,9 @@ type Router struct {
 	upstreamCA   *certs.CAPool
 	// tenants is nil unless the router authenticates callers or queues requests (tenants.go).
 	tenants *tenantServing
+	// shared is nil unless replicas share picks through Redis; sharedOff then says why not.
+	shared    *shared.Shared
+	sharedOff string
 
 	stopping atomic.Bool
 	ready    chan struct{}
@@ -311,9 +318,20 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 		ready:    make(chan struct{}),
 		draining: make(chan struct{}),
 	}
-	r.scraper.OwnLoad = picker.InFlight
+	r.scraper.OwnLoad = picker.Load
 	if err := r.enableTenants(); err != nil {
 		return nil, err
+	}
+	switch {
+	case o.Policy != pick.Scored:
+		r.sharedOff = shared.Off(r.metrics.registry, "policy "+string(o.Policy)+" keeps no index")
+	case o.RedisAddr == "":
+		r.sharedOff = shared.Off(r.metrics.registry, "no Redis address")
+	case o.DisableSharedState:
+		r.sharedOff = shared.Off(r.metrics.registry, "disabled")
+	default:
+		r.shared = shared.New(shared.Options{Addr: o.RedisAddr}, picker, r.metrics.registry, log.WithName("shared"))
+		picker.SharePeers(r.shared)
 	}
 	if !o.DisableGateway {
 		if err := apicheck.Check(cfg, "berth-router", gatewayAPIs()); err != nil {
@@ -405,16 +423,31 @@ func (r *Router) Handler() http.Handler {
 
 func (r *Router) health(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		switch {
 		case r.stopping.Load():
 			http.Error(w, "stopping", http.StatusServiceUnavailable)
 		case !r.view.Synced():
 			http.Error(w, "routes, servers and pods not synced yet", http.StatusServiceUnavailable)
 		default:
-			_, _ = w.Write([]byte("ok\n"))
+			// Ready either way: a replica that cannot share still serves. ?verbose (as the
+			// apiserver's /readyz) adds the detail: whether it shares with the other replicas.
+			body := "ok\n"
+			if req.URL.Query().Has("verbose") {
+				body += r.SharedState() + "\n"
+			}
+			_, _ = w.Write([]byte(body))
 		}
 	})
+}
+
+// SharedState is the readiness detail line on sharing picks with the other replicas.
+func (r *Router) SharedState() string {
+	if r.shared == nil {
+		return r.sharedOff
+	}
+	_, detail := r.shared.Status()
+	return detail
 }
 
 // Run serves until ctx ends, then reports not ready, serves on for ShutdownDelay, stops
@@ -447,6 +480,11 @@ func (r *Router) Run(ctx context.Context) error {
 	})
 	if r.gateway != nil {
 		r.runGateway(viewCtx)
+	}
+	if r.shared != nil {
+		sharedDone := make(chan struct{})
+		go func() { r.shared.Run(viewCtx); close(sharedDone) }()
+		defer func() { stopView(); <-sharedDone }()
 	}
 	viewErr := make(chan error, 1)
 	go func() { viewErr <- r.view.Run(viewCtx) }()

@@ -23,7 +23,8 @@ import (
 type Candidate struct {
 	Endpoint *view.Endpoint
 	Stats    scrape.Stats
-	// InFlight is how many requests this router has open to it now.
+	// InFlight is how many requests this router (and, when sharing, its peers) have open
+	// to it now.
 	InFlight int64
 	// ObservedTTFT is this router's moving average of its time to first byte, in seconds
 	// (NaN before the first).
@@ -81,7 +82,53 @@ type Picker struct {
 
 	mu       sync.Mutex
 	inflight map[string]*endpointState
+
+	// peers, when set, is what other router replicas share (package shared).
+	peers atomic.Pointer[Peers]
 }
+
+// Peers is what a picker learns from and tells to other router replicas (package shared
+// implements it over Redis). Its methods are called on the pick path and must not block.
+type Peers interface {
+	// Picked is told of every request this replica sends (its prefix and endpoint).
+	Picked(prefix []uint64, addr string)
+	// InFlight is the other replicas' requests open to addr now, as they last told.
+	InFlight(addr string) int64
+}
+
+// SharePeers makes the picker count the peers' in-flight requests and tell them its picks.
+func (p *Picker) SharePeers(peers Peers) { p.peers.Store(&peers) }
+
+func (p *Picker) peerInFlight(addr string) int64 {
+	if pp := p.peers.Load(); pp != nil {
+		return (*pp).InFlight(addr)
+	}
+	return 0
+}
+
+// RecordPrefix notes that another replica sent a request with these block hashes to addr.
+func (p *Picker) RecordPrefix(prefix []uint64, addr string) { p.prefix.Record(prefix, addr) }
+
+// PrefixMatch is, per endpoint, how many leading blocks of prefix the index holds for it.
+func (p *Picker) PrefixMatch(prefix []uint64) map[string]int { return p.prefix.Match(prefix) }
+
+// OwnInFlight is this replica's open requests per endpoint (endpoints with none left out).
+func (p *Picker) OwnInFlight() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int64, len(p.inflight))
+	for addr, st := range p.inflight {
+		if n := st.inflight.Load(); n > 0 {
+			out[addr] = n
+		}
+	}
+	return out
+}
+
+// Load is the requests every router replica has open to addr now: this one's own plus
+// what the peers last told (the scraper subtracts it from the engine's count at a scrape,
+// leaving the load no router replica knows of).
+func (p *Picker) Load(addr string) int64 { return p.InFlight(addr) + p.peerInFlight(addr) }
 
 type endpointState struct {
 	inflight atomic.Int64
@@ -182,7 +229,7 @@ func (p *Picker) Candidates(eps []*view.Endpoint, stats func(addr string) (scrap
 		st.mu.Lock()
 		ttft := st.ttft
 		st.mu.Unlock()
-		out = append(out, Candidate{Endpoint: e, Stats: s, InFlight: st.inflight.Load(), ObservedTTFT: ttft})
+		out = append(out, Candidate{Endpoint: e, Stats: s, InFlight: st.inflight.Load() + p.peerInFlight(e.Address), ObservedTTFT: ttft})
 	}
 	return out
 }
@@ -235,6 +282,9 @@ func (p *Picker) Begin(req *Request, addr string) (done func(ttft float64)) {
 	st := p.state(addr)
 	st.inflight.Add(1)
 	p.prefix.Record(req.Prefix, addr)
+	if pp := p.peers.Load(); pp != nil {
+		(*pp).Picked(req.Prefix, addr)
+	}
 	var once sync.Once
 	return func(ttft float64) {
 		once.Do(func() {

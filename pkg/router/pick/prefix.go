@@ -2,8 +2,9 @@ package pick
 
 import (
 	"container/list"
-	"hash/maphash"
 	"sync"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // BlockBytes is the prefix block size: 64 bytes, about 16 tokens at four bytes a token,
@@ -11,15 +12,14 @@ import (
 // something only in whole blocks.
 const BlockBytes = 64
 
-var seed = maphash.MakeSeed()
-
 // HashPrompt returns the chained hashes of the prompt's whole blocks: block i's hash covers
-// blocks 0..i, so equal hashes mean an equal prefix up to there.
+// blocks 0..i, so equal hashes mean an equal prefix up to there. The hash (XXH64, seed 0)
+// is the same in every process, so router replicas sharing their prefix index (package
+// shared) name a block alike.
 func HashPrompt(prompt string) []uint64 {
 	n := len(prompt) / BlockBytes
 	out := make([]uint64, n)
-	var h maphash.Hash
-	h.SetSeed(seed)
+	h := xxhash.New()
 	for i := range n {
 		h.WriteString(prompt[i*BlockBytes : (i+1)*BlockBytes])
 		out[i] = h.Sum64()
