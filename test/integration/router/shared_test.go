@@ -93,7 +93,7 @@ func sendFamilyN(t *testing.T, addr, ns, model string, f, i, maxTokens int) stri
 // share of requests that landed on the engine that served the family's first request.
 // The first round goes at once (and decodes a while), so the routers' in-flight counts
 // spread the families over the engines; the rest go one at a time.
-func affinity(t *testing.T, w *world, model string, families, rounds int, addrs []string, first map[int]string) float64 {
+func affinity(t *testing.T, w *world, model string, families, rounds int, addrs []string, first map[int]string, settle ...func()) float64 {
 	t.Helper()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -106,6 +106,9 @@ func affinity(t *testing.T, w *world, model string, families, rounds int, addrs 
 		})
 	}
 	wg.Wait()
+	for _, f := range settle {
+		f()
+	}
 	same, n := 0, 0
 	for i := 1; i < rounds; i++ {
 		for f := range families {
@@ -118,6 +121,29 @@ func affinity(t *testing.T, w *world, model string, families, rounds int, addrs 
 	}
 	t.Logf("first engine of each family: %v", first)
 	return float64(same) / float64(n)
+}
+
+// applied waits until each sharing replica has applied every pick the others published:
+// what the test then measures is the shared picture, not how fast Redis carried it there on
+// a loaded machine.
+func applied(w *world, rs ...*replica) func() {
+	return func() {
+		w.t.Helper()
+		w.eventually("every replica applied the others' picks", 30*time.Second, func() bool {
+			published := 0.0
+			for _, r := range rs {
+				published += counter(w.t, r.MetricsRegistry(), "berth_router_shared_state_events_total", map[string]string{"direction": "published", "kind": "prefix"})
+			}
+			for _, r := range rs {
+				own := counter(w.t, r.MetricsRegistry(), "berth_router_shared_state_events_total", map[string]string{"direction": "published", "kind": "prefix"})
+				got := counter(w.t, r.MetricsRegistry(), "berth_router_shared_state_events_total", map[string]string{"direction": "applied", "kind": "prefix"})
+				if got < published-own {
+					return false
+				}
+			}
+			return true
+		})
+	}
 }
 
 func waitSynced(w *world, model string, n int, rs ...*replica) {
@@ -148,7 +174,7 @@ func TestSharedPrefixAffinityAcrossReplicas(t *testing.T) {
 	assert.Contains(t, offB.SharedState(), "off (disabled)")
 
 	const families, rounds = 8, 6
-	shared := affinity(t, w, "family", families, rounds, []string{a.Addr(), b.Addr()}, map[int]string{})
+	shared := affinity(t, w, "family", families, rounds, []string{a.Addr(), b.Addr()}, map[int]string{}, applied(w, a, b))
 	t.Logf("sharing: %.0f%% of requests on their family's engine", 100*shared)
 	// The same traffic through replicas that do not share (new families: the engines'
 	// caches and the routers' latency views start alike). Each replica pins a family to
@@ -169,7 +195,7 @@ func TestSharedStateSurvivesAStoppedReplica(t *testing.T) {
 	waitSynced(w, "survive", 4, a, b)
 	const families = 8
 	first := map[int]string{}
-	got := affinity(t, w, "survive", families, 3, []string{a.Addr(), b.Addr()}, first)
+	got := affinity(t, w, "survive", families, 3, []string{a.Addr(), b.Addr()}, first, applied(w, a, b))
 	require.GreaterOrEqual(t, got, 0.95)
 
 	// a goes (mid-run: b still serves), and then b; c has only Redis to learn from.

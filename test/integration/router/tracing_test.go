@@ -33,7 +33,7 @@ func tracedRouter(t *testing.T, adjust ...func(*router.Options)) (*router.Router
 	coll, err := tracingtest.Start()
 	require.NoError(t, err)
 	t.Cleanup(coll.Close)
-	o := router.Options{Addr: "127.0.0.1:0", ScrapeInterval: 100 * time.Millisecond,
+	o := router.Options{Addr: "127.0.0.1:0", EndpointHeader: true, ScrapeInterval: 100 * time.Millisecond,
 		MaxBodyBytes: 1 << 20, ShutdownTimeout: time.Second, DisableGateway: true,
 		Tracing: tracing.Config{Endpoint: coll.Addr(), Insecure: true, BatchTimeout: 50 * time.Millisecond}}
 	for _, f := range adjust {
