@@ -139,7 +139,7 @@ func tableRow(table, name string) []string {
 // with a slot reserved for it (about 0).
 func TestTenantsSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a control plane and four routers in turn (about 30 s)")
+		t.Skip("starts a control plane and four routers in turn (about 30 s); runs in make test, which does not pass -short")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

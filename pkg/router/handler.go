@@ -465,19 +465,21 @@ func (r *Router) send(ctx context.Context, req *http.Request, b backend, dst tar
 		}
 		path, translate = request.ChatPath, true
 	}
-	// An engine learns who called through the forwarding headers (never a provider: the
-	// client's address is not the provider's business).
-	extra := forwarded.Headers(req)
-	if in.ContentType != "" {
-		extra["Content-Type"] = in.ContentType
-	}
-	switch {
-	case b.provider != nil:
+	if b.provider != nil {
 		hdr := provider.Header(b.provider, req.Header)
 		if in.ContentType != "" {
 			hdr.Set("Content-Type", in.ContentType)
 		}
 		resp, err = r.proxy.SendProvider(ctx, provider.URL(b.provider, path), hdr, body, b.provider.InsecureSkipVerify)
+		return resp, translate, err
+	}
+	// An engine learns who called through the forwarding headers (never a provider: the
+	// client's address is not the provider's business, so they are built only here).
+	extra := forwarded.Headers(req)
+	if in.ContentType != "" {
+		extra["Content-Type"] = in.ContentType
+	}
+	switch {
 	case b.server.Disaggregated() && (path == request.ChatPath || path == request.CompletionPath):
 		h := req.Header.Clone()
 		for k, v := range extra {
