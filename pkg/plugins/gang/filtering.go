@@ -50,7 +50,15 @@ func readPreFilterState(state fwk.CycleState) (*preFilterState, error) {
 // node: a group whose minimum has no plan is refused at once, with the reason, and holds
 // nothing. Pods without a group pass, but when plans keep capacity anywhere Filter keeps
 // them off it.
-func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	r, st := g.preFilter(ctx, state, pod, nodes)
+	if st.Code() == fwk.Unschedulable && placement.GroupKey(pod) != "" {
+		state.Write(placement.GroupRefusedKey, placement.GroupRefused{})
+	}
+	return r, st
+}
+
+func (g *Gang) preFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	key := placement.GroupKey(pod)
 	if key == "" {
 		if !g.model.Keeping() {
@@ -95,6 +103,9 @@ func (g *Gang) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.
 			g.rejectGroup(pg, key, reasonNotEnoughResources, msg)
 			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s cannot be placed: %s", key, msg))
 		}
+	}
+	if g.releaseProbe(key, pod) {
+		logger.V(4).Info("Refused group planned again: its other pods follow", "pod", pod.Name)
 	}
 	node := out.Node(pod)
 	if node == "" && !out.MinPlaced {

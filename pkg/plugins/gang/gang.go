@@ -94,6 +94,13 @@ type groupState struct {
 	// sibling not yet placed shares one of their ResourceClaims (see permitEarly); they
 	// wait in PreBind until the group is allowed or rejected.
 	early *earlyRelease
+	// probe: once a refused group's backoff ends, the one pod retried for it (the first its
+	// queue order would try). Its siblings stay out of the queue, for freed capacity too,
+	// until the probe gets a plan: a refused group then costs one scheduling cycle per retry
+	// instead of one per pod. Retried pod by pod, a few large refused groups can fill a slow
+	// scheduler's every cycle, and, being the oldest, keep the younger groups that fit from
+	// ever being tried.
+	probe types.UID
 }
 
 var (
@@ -202,6 +209,7 @@ func New(ctx context.Context, obj runtime.Object, handle fwk.Handle, model *plac
 				key := placement.GroupKey(pod)
 				g.forget(key)
 				g.victimGone(pod)
+				g.probeGone(pod)
 				// The PodGroup counts placed pods: one fewer now (a preempted group's status
 				// was written while the cache may still have shown its pods bound).
 				if key != "" && pod.Spec.SchedulerName == profile {

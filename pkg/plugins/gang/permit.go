@@ -174,8 +174,102 @@ func (g *Gang) rejectGroup(pg *volcanov1beta1.PodGroup, key, reason, msg string)
 	gangsRejected.WithLabelValues(reason).Inc()
 	g.status.unschedulable(pg, reason, msg)
 	if backoff > 0 {
-		time.AfterFunc(backoff, func() { g.activate(key) })
+		time.AfterFunc(backoff, func() { g.activateProbe(key) })
 	}
+}
+
+// activateProbe retries a refused group whose backoff has ended through one pod, the one
+// its queue order would try first; PreFilter lets the siblings follow once that pod gets a
+// plan (releaseProbe).
+func (g *Gang) activateProbe(key string) {
+	_, pending := g.model.Split(key, g.groupPods(key))
+	if len(pending) == 0 {
+		return
+	}
+	first := pending[0]
+	for _, p := range pending[1:] {
+		if placement.QueueLess(p, first) {
+			first = p
+		}
+	}
+	g.mu.Lock()
+	st := g.states[key]
+	if st == nil {
+		g.mu.Unlock()
+		return
+	}
+	st.probe = first.UID
+	g.mu.Unlock()
+	g.handle.Activate(klog.Background(), map[string]*corev1.Pod{first.Namespace + "/" + first.Name: first})
+}
+
+// releaseProbe ends a group's probing once its pod has a plan: the group's other pending
+// pods are put back in the queue to follow it. It reports whether the group was probing.
+func (g *Gang) releaseProbe(key string, pod *corev1.Pod) bool {
+	g.mu.Lock()
+	st := g.states[key]
+	probing := st != nil && st.probe != ""
+	if probing {
+		st.probe = ""
+	}
+	g.mu.Unlock()
+	if !probing {
+		return false
+	}
+	_, pending := g.model.Split(key, g.groupPods(key))
+	pods := make(map[string]*corev1.Pod, len(pending))
+	for _, p := range pending {
+		if p.UID != pod.UID {
+			pods[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	if len(pods) > 0 {
+		g.handle.Activate(klog.Background(), pods)
+	}
+	return true
+}
+
+// probeGone picks another probe when the deleted pod was its group's: without one, the
+// siblings would wait for the scheduler's periodic flush. A group still backing off gets
+// its probe when the backoff ends.
+func (g *Gang) probeGone(pod *corev1.Pod) {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		return
+	}
+	g.mu.Lock()
+	st := g.states[key]
+	was := st != nil && st.probe == pod.UID
+	backingOff := was && time.Now().Before(st.backoffUntil)
+	if was {
+		st.probe = ""
+	}
+	g.mu.Unlock()
+	if was && !backingOff {
+		g.activateProbe(key)
+	}
+}
+
+// mayRetry is the queueing hint for freed or added capacity: a pod of a group that is
+// backing off is not retried (the backoff's end retries it), nor is a sibling of a group's
+// probe (it follows the probe's plan).
+func (g *Gang) mayRetry(_ klog.Logger, pod *corev1.Pod, _, _ any) (fwk.QueueingHint, error) {
+	key := placement.GroupKey(pod)
+	if key == "" {
+		return fwk.Queue, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.states[key]
+	switch {
+	case st == nil:
+		return fwk.Queue, nil
+	case time.Now().Before(st.backoffUntil):
+		return fwk.QueueSkip, nil
+	case st.probe != "" && st.probe != pod.UID:
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
 }
 
 // activateIfComplete re-queues a group's held-back pods once the pod just added makes the

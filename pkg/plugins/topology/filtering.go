@@ -44,7 +44,8 @@ func readCycleState(state fwk.CycleState) (*cycleState, error) {
 // replica's domain inside it; Filter holds it there.
 func (t *Topology) PreFilter(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	key := placement.GroupKey(pod)
-	if key == "" {
+	if key == "" || placement.Refused(state) {
+		// The gang plugin has refused the group in this cycle, with the reason.
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	pg, err := t.podGroups.Get(pod)

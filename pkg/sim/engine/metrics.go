@@ -21,6 +21,8 @@ type metrics struct {
 	prefixQueries  prometheus.Counter // nil for SGLang, which exports a hit rate instead
 	prefixHits     prometheus.Counter
 	success        *prometheus.CounterVec // by finished_reason; nil for SGLang
+	// Tokens per finished request, as vLLM observes them when a request ends; nil for SGLang.
+	requestPrompt, requestGeneration prometheus.Observer
 }
 
 // Histogram buckets as the real servers define them.
@@ -31,6 +33,8 @@ var (
 		1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
 	vllmE2EBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
 		40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+	// vLLM's request token histograms use 1-2-5 buckets up to the model length.
+	vllmTokenBuckets  = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000}
 	sglangTTFTBuckets = []float64{0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 120, 160}
 	sglangITLBuckets  = []float64{0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030,
 		0.035, 0.040, 0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000}
@@ -79,6 +83,8 @@ func newMetrics(s *Server) *metrics {
 			Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: constLabels,
 		}, []string{"finished_reason"})
 		m.reg.MustRegister(m.success)
+		m.requestPrompt = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", vllmTokenBuckets)
+		m.requestGeneration = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", vllmTokenBuckets)
 		// vLLM exports every finished_reason from the start, so rate() works from the
 		// first scrape.
 		for _, r := range []string{"stop", "length", "abort"} {

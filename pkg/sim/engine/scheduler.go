@@ -310,6 +310,8 @@ func (s *Server) finishLocked(q *seq, reason string, now time.Duration) {
 	q.finishReason = reason
 	if s.metrics.success != nil {
 		s.metrics.success.WithLabelValues(reason).Inc()
+		s.metrics.requestPrompt.Observe(float64(q.promptTokens))
+		s.metrics.requestGeneration.Observe(float64(q.generated))
 	}
 	if reason != "abort" {
 		s.metrics.e2e.Observe((now - q.arrival).Seconds())

@@ -148,9 +148,9 @@ func TestVariantAutoscalingScalesItsModelServing(t *testing.T) {
 		t.Logf("status when scaled up: current %+v desired %+v conditions %+v replicas seen %v", *cur, *des, va.Status.Conditions, log.values())
 	}
 	assert.Greater(t, rate, 60.0, "requests per minute")
-	// Tokens are counted as generated and requests as they finish, so over one short sync
-	// period the ratio is noisy around the 100 each request asks for.
-	assert.InDelta(t, 100, length, 30, "output tokens per request")
+	// Read over the requests that finished in the interval (vLLM's per-request histogram),
+	// each of which generated the 100 tokens it asked for.
+	assert.InDelta(t, 100, length, 1, "output tokens per request")
 	assert.Greater(t, decimal(t, cur.ITLAverage), 7.0, "measured ITL in ms")
 	assert.Positive(t, decimal(t, cur.VariantCost))
 	assert.Contains(t, msg, "class Premium")

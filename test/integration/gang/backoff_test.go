@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/component-base/metrics/legacyregistry"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -101,4 +102,76 @@ func scheduledMessage(w *world, name string) string {
 		}
 	}
 	return ""
+}
+
+// A refused gang is retried, when each backoff ends and when capacity is freed, through one
+// pod, not all of them: on a slow scheduler (thousands of nodes, or this suite under the race
+// detector) a few large refused groups retried pod by pod filled every scheduling cycle, and
+// younger groups that fit were never tried. Here an 8-pod gang that cannot fit backs off
+// every 2 s while pods come and go beside it; the scheduler's attempts over that time are
+// about one per backoff, a group that fits is placed meanwhile, and once capacity arrives
+// the refused gang's siblings follow its probe and the whole gang binds.
+func TestRefusedGangIsRetriedThroughOnePod(t *testing.T) {
+	w := newWorld(t)
+	w.startScheduler(30, 2)
+	for i := 0; i < 2; i++ {
+		w.addNode(fmt.Sprintf("gpu-%d", i), 8, "64")
+	}
+	w.createGang("big", nil, role{name: "server", replicas: 8, gpus: 8})
+	w.eventually("the 8-node gang is refused", 30*time.Second, func() bool {
+		return unschedulableReason(w.podGroup("big")) == "NotEnoughResources"
+	})
+
+	const window = 8 * time.Second
+	before := scheduleAttempts("unschedulable")
+	start := time.Now()
+	// Pods come and go beside the refused gang: each deletion is freed capacity, an event
+	// that retried every refused pod before.
+	for i := 0; time.Since(start) < window; i++ {
+		name := fmt.Sprintf("small-%d", i)
+		w.createGang(name, nil, role{name: "server", replicas: 1, gpus: 8})
+		w.eventually("a gang that fits ("+name+") binds beside the refused one", 20*time.Second, func() bool {
+			n, _ := w.bound(name)
+			return n == 1
+		})
+		w.deleteGroupPods(name)
+	}
+	elapsed := time.Since(start)
+	attempts := scheduleAttempts("unschedulable") - before
+	// One probe per 2 s backoff, and a few for the probe's own retries on freed capacity;
+	// pod by pod it was 8 per backoff and 8 per deletion.
+	bound := 2*elapsed.Seconds()/2 + 6
+	t.Logf("refused attempts in %s: %g (bound %.0f)", elapsed.Round(time.Millisecond), attempts, bound)
+	require.LessOrEqual(t, attempts, bound, "the refused gang was retried pod by pod:%s", schedulerQueueSummary())
+
+	for i := 2; i < 8; i++ {
+		w.addNode(fmt.Sprintf("gpu-%d", i), 8, "64")
+	}
+	w.eventually("the refused gang binds whole once it fits: its siblings follow the probe", 60*time.Second, func() bool {
+		n, _ := w.bound("big")
+		return n == 8
+	})
+}
+
+// scheduleAttempts is kube-scheduler's count of scheduling attempts with the result, over
+// every profile.
+func scheduleAttempts(result string) float64 {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, mf := range families {
+		if mf.GetName() != "scheduler_schedule_attempts_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }
