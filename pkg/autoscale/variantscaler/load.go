@@ -24,11 +24,11 @@ const (
 	// interval: 54 per request was read for requests of 100).
 	metricRequestPrompt     = "vllm:request_prompt_tokens"
 	metricRequestGeneration = "vllm:request_generation_tokens"
-	metricTTFT       = "vllm:time_to_first_token_seconds"
-	metricITL        = "vllm:inter_token_latency_seconds"
-	metricITLLegacy  = "vllm:time_per_output_token_seconds"
-	metricRunning    = "vllm:num_requests_running"
-	metricWaiting    = "vllm:num_requests_waiting"
+	metricTTFT              = "vllm:time_to_first_token_seconds"
+	metricITL               = "vllm:inter_token_latency_seconds"
+	metricITLLegacy         = "vllm:time_per_output_token_seconds"
+	metricRunning           = "vllm:num_requests_running"
+	metricWaiting           = "vllm:num_requests_waiting"
 )
 
 // load is a variant's traffic and measured latencies over the last interval.
