@@ -133,12 +133,11 @@ test-unit: test-deps
 test-integration: test-deps
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/...
 
-## test-race-integration: the router integration package (its picks, scrapes, drains,
-## shared state and Redis-shared limits) again under the race detector. .ci/run runs it after
-## make test, once per CI run: about 11 minutes on this machine. Not yet gang (its refused
-## groups' retries take the scheduler's whole time at -race speed) nor autoscale (a token
-## ratio over one short sync period fell outside its tolerance under -race); README.md says more.
-RACE_INTEGRATION_PACKAGES = ./test/integration/router
+## test-race-integration: the router, gang and autoscale integration packages again under the
+## race detector (the router's picks, scrapes, drains and shared state; the gang plugin's
+## Permit, preemption and status writers; the autoscalers' reads and writes). .ci/run runs it
+## after make test, once per CI run: about 25 minutes on this machine.
+RACE_INTEGRATION_PACKAGES = ./test/integration/router ./test/integration/gang ./test/integration/autoscale
 test-race-integration: test-deps
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_INTEGRATION_PACKAGES)
 
