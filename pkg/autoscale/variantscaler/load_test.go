@@ -1,13 +1,9 @@
 package variantscaler
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"testing"
@@ -45,10 +41,10 @@ func TestLoadReadsTokensPerFinishedRequest(t *testing.T) {
 	long, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for i := 0; i < 4; i++ {
-		go func() { _ = complete(long, srv.URL, fmt.Sprintf("long %d", i), 2000) }()
+		go func() { _ = engine.Complete(long, srv.URL, fmt.Sprintf("long %d", i), 2000) }()
 	}
 	for i := 0; i < 6; i++ {
-		require.NoError(t, complete(ctx, srv.URL, fmt.Sprintf("short %d", i), 20))
+		require.NoError(t, engine.Complete(ctx, srv.URL, fmt.Sprintf("short %d", i), 20))
 	}
 	time.Sleep(1100 * time.Millisecond) // the reader's minimum interval
 	l, err := readLoad(ctx, r, pods, ep, time.Now())
@@ -59,21 +55,3 @@ func TestLoadReadsTokensPerFinishedRequest(t *testing.T) {
 	require.Positive(t, l.RatePerMinute)
 }
 
-func complete(ctx context.Context, base, prompt string, maxTokens int) error {
-	body, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "max_tokens": maxTokens})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("%s: %s", resp.Status, b)
-	}
-	return err
-}

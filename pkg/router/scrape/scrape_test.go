@@ -1,9 +1,7 @@
 package scrape
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -36,28 +34,10 @@ func serveEngine(t *testing.T, cfg engine.Config, wrap func(http.Handler) http.H
 	return eng, srv.URL
 }
 
-func complete(ctx context.Context, base, prompt string, maxTokens int) error {
-	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": maxTokens})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("%s: %s", resp.Status, b)
-	}
-	return err
-}
 
 func mustComplete(t *testing.T, base, prompt string, maxTokens int) {
 	t.Helper()
-	require.NoError(t, complete(context.Background(), base, prompt, maxTokens))
+	require.NoError(t, engine.Complete(context.Background(), base, prompt, maxTokens))
 }
 
 func loadLoRA(t *testing.T, base, name string) {
@@ -106,7 +86,7 @@ func TestParseRealEngineExposition(t *testing.T) {
 			defer cancel()
 			var wg sync.WaitGroup
 			for i := range 3 {
-				wg.Go(func() { _ = complete(ctx, base, fmt.Sprintf("long-running request %d", i), 2000) })
+				wg.Go(func() { _ = engine.Complete(ctx, base, fmt.Sprintf("long-running request %d", i), 2000) })
 			}
 			require.Eventually(t, func() bool {
 				st := eng.Stats()
