@@ -54,4 +54,3 @@ func TestLoadReadsTokensPerFinishedRequest(t *testing.T) {
 	require.Positive(t, l.AvgInput)
 	require.Positive(t, l.RatePerMinute)
 }
-

@@ -34,7 +34,6 @@ func serveEngine(t *testing.T, cfg engine.Config, wrap func(http.Handler) http.H
 	return eng, srv.URL
 }
 
-
 func mustComplete(t *testing.T, base, prompt string, maxTokens int) {
 	t.Helper()
 	require.NoError(t, engine.Complete(context.Background(), base, prompt, maxTokens))
