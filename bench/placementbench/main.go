@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -76,7 +77,14 @@ func main() {
 	timeout := flag.Duration("timeout", 30*time.Second, "how long to wait for one group to be bound or reported unschedulable")
 	out := flag.String("out", "", "also write the markdown table to this file")
 	figures := flag.String("figures", "", "write the placement maps (SVG) and the raw numbers (CSV) into this directory")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (schedulers, apiserver and feeder share the process) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		must(err)
+		must(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
+	}
 	klog.LogToStderr(false)
 	klog.SetOutput(io.Discard)
 	set := map[string]bool{}
