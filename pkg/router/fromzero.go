@@ -210,4 +210,3 @@ func (r *Router) runFromZero(ctx context.Context) {
 		r.releaseHeld(ctx, r.view.Snapshot())
 	}
 }
-
