@@ -158,10 +158,8 @@ func (r *Router) signalDemand(ctx context.Context, w *view.Workload) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := f.client.Patch(pctx, ms, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		// Tried again after demandRefresh, as a write that worked would be.
 		r.log.Error(err, "telling the autoscaler of demand for a model at zero failed", "workload", w.String())
-		f.mu.Lock()
-		delete(f.signalled, key)
-		f.mu.Unlock()
 		return
 	}
 	r.log.Info("model at zero replicas asked for: told the autoscaler", "workload", w.String(), "annotation", workloadv1alpha1.DemandAnnotation)
