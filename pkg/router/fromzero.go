@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,14 +20,18 @@ import (
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/router/hold"
 	"github.com/berth-sh/berth/pkg/router/match"
+	"github.com/berth-sh/berth/pkg/router/request"
 	"github.com/berth-sh/berth/pkg/router/view"
 )
 
-// Scale from zero (docs/router.md, "Scale from zero"): a request for a ModelServer without
-// a Ready endpoint whose ModelServing is at zero replicas (or came up from zero within the
-// hold timeout and is not Ready yet) is held in the server's hold queue while the router
-// tells the autoscaler through the ModelServing's demand annotation; it goes on, in arrival
-// order, once the server has a Ready endpoint.
+// Scale from zero (docs/router.md, "Scale from zero"): a request whose route rule has no
+// target that can serve, and a ModelServer target whose ModelServing is at zero replicas
+// (or came up from zero within the hold timeout and has no Ready endpoint yet), is held in
+// the rule's hold queue while the router tells the autoscaler through the demand annotation
+// of every such ModelServing; it goes on, in arrival order, once any target of the rule can
+// serve. The queue is the rule's, not one ModelServer's: an optimizer binding over several
+// backends brings up the one it chooses (the cheapest), which need not be the one a weighted
+// draw named.
 
 // demandRefresh is how old the demand annotation may be before a replica holding requests
 // writes it again: the autoscaler decides every few seconds, and a burst of requests across
@@ -47,7 +53,9 @@ type fromZero struct {
 	mu     sync.Mutex
 	// signalled is when this replica last wrote each ModelServing's demand annotation.
 	signalled map[types.NamespacedName]time.Time
-	held      *prometheus.CounterVec
+	// rules are the targets each hold queue (by namespace/route#rule) waits for.
+	rules map[string]heldRule
+	held  *prometheus.CounterVec
 }
 
 func (r *Router) enableFromZero() error {
@@ -59,11 +67,12 @@ func (r *Router) enableFromZero() error {
 	if r.opts.DisableHold {
 		size = 0
 	}
-	f := &fromZero{queues: hold.New(size, r.opts.HoldTimeout), client: c, signalled: map[types.NamespacedName]time.Time{}}
+	f := &fromZero{queues: hold.New(size, r.opts.HoldTimeout), client: c, signalled: map[types.NamespacedName]time.Time{},
+		rules: map[string]heldRule{}}
 	f.held = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_router_held_requests_total",
-		Help: "Requests for a model at zero replicas, by ModelServer (namespace/name) and outcome: released (it came up and the request went on), timeout, full (the hold queue was full), disabled (holding is off: --hold-queue-size 0), cancelled (the client went away).",
-	}, []string{"server", "outcome"})
+		Help: "Requests for a model at zero replicas, by ModelRoute (namespace/name) and outcome: released (it came up and the request went on), timeout, full (the hold queue was full), disabled (holding is off: --hold-queue-size 0), cancelled (the client went away).",
+	}, []string{"route", "outcome"})
 	waiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "berth_router_held_requests",
 		Help: "Requests held now for models at zero replicas, waiting for them to come up."}, func() float64 { return float64(f.queues.Waiting()) })
 	r.metrics.registry.MustRegister(f.held, waiting)
@@ -72,46 +81,76 @@ func (r *Router) enableFromZero() error {
 	return nil
 }
 
-// cold says whether requests for srv wait for it to come up: it has no Ready endpoint and
-// its ModelServing is at zero replicas, or was told of demand within the hold timeout (it
-// is coming up from zero).
-func (r *Router) cold(srv *view.Server, now time.Time) bool {
-	if r.fromZero == nil || srv == nil || srv.Workload == nil {
-		return false
-	}
-	if len(srv.Endpoints) > 0 || (len(srv.Prefill) > 0 && len(srv.Decode) > 0) {
-		return false
-	}
-	w := srv.Workload
-	return w.Replicas == 0 || (!w.Demand.IsZero() && now.Sub(w.Demand) < r.opts.HoldTimeout)
+// heldRule is what a hold queue waits for: a rule's targets in the route's namespace.
+type heldRule struct {
+	ns      string
+	targets []match.Target
 }
 
-// holdCold holds a request for a cold server until it has a Ready endpoint. It returns the
-// snapshot to forward with and a context whose first written request lets the next held
-// one go, or a failure (503 with Retry-After) when holding is off, the queue is full, or
-// the timeout passed. release must be called when the request is done (it lets the next
-// held request go if this one never reached an engine).
-func (r *Router) holdCold(ctx context.Context, b backend, x *exchange) (_ context.Context, release func(), _ *view.Snapshot, _ *failure) {
+// coldWorkloads are the ModelServings of res's targets that requests wait for: none when a
+// target of the rule can serve now; else those at zero replicas, or told of demand within
+// the hold timeout (coming up from zero) and not Ready yet.
+func (r *Router) coldWorkloads(snap *view.Snapshot, ns string, targets []match.Target, now time.Time) []*view.Workload {
+	if r.fromZero == nil {
+		return nil
+	}
+	var out []*view.Workload
+	for _, t := range targets {
+		if t.Weight == 0 {
+			continue
+		}
+		if snap.Serving(ns, t) {
+			return nil
+		}
+		if t.Kind == match.Provider {
+			continue
+		}
+		srv := snap.Server(ns, t.Name)
+		if srv == nil || srv.Workload == nil {
+			continue
+		}
+		w := srv.Workload
+		if w.Replicas == 0 || (!w.Demand.IsZero() && now.Sub(w.Demand) < r.opts.HoldTimeout) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// holdCold holds a request for a rule whose targets are cold until one can serve. It
+// returns the context to forward with (its first written request lets the next held one
+// go), the snapshot and target to forward to, and release, to call when the request is
+// done (it lets the next held request go if this one never reached an engine); or a
+// failure (503 with Retry-After) when holding is off, the queue is full, or the timeout
+// passed.
+func (r *Router) holdCold(ctx context.Context, res match.Result, cold []*view.Workload, kind request.Kind, x *exchange) (_ context.Context, release func(), _ *view.Snapshot, _ backend, _ *failure) {
 	f := r.fromZero
-	srv := b.server
-	key := srv.Namespace + "/" + srv.Name
-	w := srv.Workload
+	ns := res.Route.Namespace
+	key := ns + "/" + res.Route.Name + "#" + res.RuleName
+	route := ns + "/" + res.Route.Name
 	// Demand is signalled whether or not the request is held: with holding off, a client
 	// told to retry finds the model coming up.
-	r.signalDemand(ctx, w)
-	state := fmt.Sprintf("%s has no Ready endpoint: %s is at zero replicas", srv, w)
-	if w.Replicas > 0 {
-		state = fmt.Sprintf("%s has no Ready endpoint yet: %s is coming up from zero (%d replicas)", srv, w, w.Replicas)
+	names := make([]string, len(cold))
+	for i, w := range cold {
+		r.signalDemand(ctx, w)
+		names[i] = w.String()
+		if w.Replicas > 0 {
+			names[i] += fmt.Sprintf(" (coming up: %d replicas)", w.Replicas)
+		}
 	}
-	refuse := func(outcome, why string) (context.Context, func(), *view.Snapshot, *failure) {
-		f.held.WithLabelValues(key, outcome).Inc()
-		return nil, nil, nil, &failure{http.StatusServiceUnavailable, "model_scaled_to_zero", "", state + "; the autoscaler has been told; " + why, holdRetryAfter}
+	state := fmt.Sprintf("ModelRoute %s rule %s has no target with a Ready endpoint: %s at zero replicas", route, res.RuleName, strings.Join(names, ", "))
+	refuse := func(outcome, why string) (context.Context, func(), *view.Snapshot, backend, *failure) {
+		f.held.WithLabelValues(route, outcome).Inc()
+		return nil, nil, nil, backend{}, &failure{http.StatusServiceUnavailable, "model_scaled_to_zero", "", state + "; the autoscaler has been told; " + why, holdRetryAfter}
 	}
 	if !f.queues.Enabled() {
 		return refuse("disabled", "holding requests is disabled (--hold-queue-size 0); retry later")
 	}
+	f.mu.Lock()
+	f.rules[key] = heldRule{ns: ns, targets: res.Targets}
+	f.mu.Unlock()
 	start := time.Now()
-	r.log.V(1).Info("holding a request for a model at zero", "server", key, "workload", w.String(), "waiting", f.queues.Len(key)+1)
+	r.log.V(1).Info("holding a request for a model at zero", "route", route, "rule", res.RuleName, "waiting", f.queues.Len(key)+1)
 	next, err := f.queues.Wait(ctx, key)
 	x.held = time.Since(start)
 	switch {
@@ -120,15 +159,27 @@ func (r *Router) holdCold(ctx context.Context, b backend, x *exchange) (_ contex
 	case errors.Is(err, hold.ErrTimeout):
 		return refuse("timeout", fmt.Sprintf("the request was held %s (--hold-timeout) and it did not come up", f.queues.Timeout()))
 	case err != nil:
-		f.held.WithLabelValues(key, "cancelled").Inc()
-		return nil, nil, nil, &failure{499, "client_closed", "", "the client went away while the request was held for " + key, 0}
+		f.held.WithLabelValues(route, "cancelled").Inc()
+		return nil, nil, nil, backend{}, &failure{499, "client_closed", "", "the client went away while the request was held for " + route, 0}
 	}
-	f.held.WithLabelValues(key, "released").Inc()
-	r.log.Info("released a held request: the model came up from zero", "server", key, "held", x.held.Round(time.Millisecond).String())
+	// A target can serve now: draw among those that can, as admit would have.
+	snap := r.view.Snapshot()
+	t, ok := match.Draw(res.Targets, nil, func(t match.Target) bool { return snap.Serving(ns, t) }, r.uniform)
+	b, fl := backend{}, (*failure)(nil)
+	if ok {
+		b, fl = resolve(snap, ns, t, kind)
+	}
+	if !ok || fl != nil {
+		next()
+		return refuse("timeout", "it came up and went away again before the request could go; retry later")
+	}
+	f.held.WithLabelValues(route, "released").Inc()
+	r.log.Info("released a held request: the model came up from zero", "route", route, "target", t.String(), "held", x.held.Round(time.Millisecond).String())
+	x.server, x.targetKind = ns+"/"+t.Name, t.Kind
 	// The next held request goes once this one is written to an engine: the engines see
 	// them in arrival order, and none waits for another's answer.
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { next() }})
-	return ctx, next, r.view.Snapshot(), nil
+	return ctx, next, snap, b, nil
 }
 
 // signalDemand writes w's demand annotation unless it (or this replica's last write) is
@@ -165,23 +216,30 @@ func (r *Router) signalDemand(ctx context.Context, w *view.Workload) {
 	r.log.Info("model at zero replicas asked for: told the autoscaler", "workload", w.String(), "annotation", workloadv1alpha1.DemandAnnotation)
 }
 
-// releaseHeld lets the requests held for servers that now have a Ready endpoint go, and
-// keeps telling the autoscaler of those still at zero.
+// releaseHeld lets the requests held for rules that now have a target that can serve go,
+// and keeps telling the autoscaler of those still at zero.
 func (r *Router) releaseHeld(ctx context.Context, snap *view.Snapshot) {
 	f := r.fromZero
 	now := time.Now()
-	for _, key := range f.queues.Keys() {
-		ns, name, _ := strings.Cut(key, "/")
-		srv := snap.Server(ns, name)
-		switch {
-		case srv == nil:
-			f.queues.Close(key)
-		case snap.Serving(ns, match.Target{Name: name}):
+	keys := f.queues.Keys()
+	f.mu.Lock()
+	rules := make(map[string]heldRule, len(keys))
+	for _, k := range keys {
+		rules[k] = f.rules[k]
+	}
+	// Rules whose queues are gone are forgotten.
+	maps.DeleteFunc(f.rules, func(k string, _ heldRule) bool { _, ok := rules[k]; return !ok })
+	f.mu.Unlock()
+	for key, rule := range rules {
+		serving := slices.ContainsFunc(rule.targets, func(t match.Target) bool { return t.Weight > 0 && snap.Serving(rule.ns, t) })
+		if serving {
 			f.queues.Release(key)
-		default:
-			f.queues.Close(key)
-			if r.cold(srv, now) && f.queues.Len(key) > 0 {
-				r.signalDemand(ctx, srv.Workload)
+			continue
+		}
+		f.queues.Close(key)
+		if f.queues.Len(key) > 0 {
+			for _, w := range r.coldWorkloads(snap, rule.ns, rule.targets, now) {
+				r.signalDemand(ctx, w)
 			}
 		}
 	}

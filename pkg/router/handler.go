@@ -166,8 +166,8 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 	}
 	res, first, limiter, limits := adm.res, adm.first, adm.limiter, adm.limits
 	ctx := req.Context()
-	if r.cold(first.server, time.Now()) {
-		hctx, release, now, f := r.holdCold(ctx, first, x)
+	if cold := r.coldWorkloads(snap, res.Route.Namespace, res.Targets, time.Now()); len(cold) > 0 {
+		hctx, release, now, b, f := r.holdCold(ctx, res, cold, kind, x)
 		if f != nil {
 			if f.retryAfter > 0 {
 				w.Header().Set("Retry-After", strconv.FormatInt(f.retryAfter, 10))
@@ -180,11 +180,8 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 			return
 		}
 		defer release()
-		// It came up: forward with the picture that shows its endpoints.
-		ctx, snap = hctx, now
-		if s := snap.Server(first.server.Namespace, first.server.Name); s != nil {
-			first.server = s
-		}
+		// It came up: forward to a target that can serve, with the picture that shows it.
+		ctx, snap, first = hctx, now, b
 	}
 	server := ""
 	if first.server != nil {

@@ -41,9 +41,9 @@ spec:
 `, name, model)}
 }
 
-// routerMetric is the value of the router's series of metric with label server (and
+// routerMetric is the value of the router's series of metric with label route (and
 // outcome when set), 0 before it exists.
-func routerMetric(t *testing.T, metric, server, outcome string) float64 {
+func routerMetric(t *testing.T, metric, route, outcome string) float64 {
 	t.Helper()
 	mfs, err := rt.MetricsRegistry().Gather()
 	require.NoError(t, err)
@@ -52,9 +52,9 @@ func routerMetric(t *testing.T, metric, server, outcome string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			match := server == ""
+			match := route == ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "server" && l.GetValue() == server {
+				if l.GetName() == "route" && l.GetValue() == route {
 					match = true
 				}
 				if l.GetName() == "outcome" && outcome != "" && l.GetValue() != outcome {
