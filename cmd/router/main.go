@@ -81,6 +81,15 @@ func bindFlags(fs *flag.FlagSet) *flags {
 	fs.BoolVar(&o.QueueReserve, "queue-reserve", false, "keep one slot of a saturated ModelServer free for each recently active tenant that holds none, so its next request does not wait for another tenant's to end (the slot idles meanwhile)")
 	fs.IntVar(&o.QueueSize, "queue-size", o.QueueSize, "requests that may wait for one ModelServer (503 beyond)")
 	fs.DurationVar(&o.QueueTimeout, "queue-timeout", o.QueueTimeout, "how long a request may wait in the queue (then 503 with Retry-After)")
+	fs.Func("hold-queue-size", "requests held for one ModelServer whose ModelServing is at zero replicas while the autoscaler brings it up (then 503 with Retry-After); 0 refuses them at once, still telling the autoscaler (default 100)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q: want a count, 0 or more", v)
+		}
+		o.HoldQueueSize, o.DisableHold = n, n == 0
+		return nil
+	})
+	fs.DurationVar(&o.HoldTimeout, "hold-timeout", o.HoldTimeout, "how long a request may be held for a model coming up from zero replicas (then 503 with Retry-After)")
 	f.showVersion = version.Flag(fs)
 	f.zap.BindFlags(fs)
 	config.RegisterFlags(fs) // --kubeconfig, as controller-runtime registers it

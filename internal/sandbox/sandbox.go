@@ -270,7 +270,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 
 	onAvailable := func() error {
-		if err := probeRoutes(ctx, cl, routerURL, out); err != nil {
+		cold, err := coldModels(ctx, cl)
+		if err != nil {
+			return err
+		}
+		if err := probeRoutes(ctx, cl, routerURL, cold, out); err != nil {
 			return err
 		}
 		if err := probeGateways(ctx, cfg, rt, out); err != nil {
@@ -278,6 +282,17 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 		if err := reportVariants(ctx, cl, o.VariantSyncPeriod, out); err != nil || o.Load.Concurrency <= 0 {
 			return err
+		}
+		// The load's first requests: those for models at zero, held until they come up.
+		coldNames := make([]string, 0, len(cold))
+		for m := range cold {
+			coldNames = append(coldNames, m)
+		}
+		sort.Strings(coldNames)
+		for _, m := range coldNames {
+			if err := runFromZero(ctx, cl, routerURL, m, cold[m], out); err != nil {
+				return err
+			}
 		}
 		models, err := loadModels(ctx, cl)
 		if err != nil {

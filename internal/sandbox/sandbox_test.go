@@ -71,6 +71,9 @@ func TestExamples(t *testing.T) {
 		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(model)+` +200 in .* from default/`, out.String())
 	}
 
+	// The model at zero replicas is not asked (it would come up); --load asks it (TestLoad).
+	assert.Regexp(t, `(?m)^  qwen3-4b +at zero replicas \(default/qwen3-4b-on-demand\)`, out.String())
+
 	// The Gateway example answered through its listener, from the InferencePool's engines.
 	assert.Contains(t, out.String(), "berth-router serves Gateway default/inference listener http at http://127.0.0.1:18081")
 	assert.Regexp(t, `(?m)^  deepseek-ai/DeepSeek-R1 +200 in .* from default/deepseek-r1-tp-`, out.String())
@@ -107,7 +110,7 @@ func TestExamples(t *testing.T) {
 		names = append(names, ms.Name)
 	}
 	require.ElementsMatch(t, []string{"deepseek-r1-tp", "qwen3-8b-pd", "llama-3-1-8b-premium", "llama-3-1-8b-h100", "llama-3-1-8b-a100",
-		"qwen3-0--6b", "llama3-405b-instruct", "qwen3-32b-dra"}, names)
+		"qwen3-0--6b", "llama3-405b-instruct", "qwen3-32b-dra", "qwen3-4b-on-demand"}, names)
 	var nodes corev1.NodeList
 	require.NoError(t, cl.List(ctx, &nodes))
 	nodeLabels := map[string]map[string]string{}
@@ -229,6 +232,11 @@ func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	doc := strings.Replace(string(raw), "namespace: default", "namespace: sandbox-load", 1)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "booster.yaml"), []byte(doc), 0o600))
+	// And a model at zero replicas: the load's first requests are held until it comes up.
+	raw, err = os.ReadFile(filepath.Join("..", "..", "examples", "modelserving-scale-from-zero.yaml"))
+	require.NoError(t, err)
+	doc = strings.ReplaceAll(string(raw), "namespace: default", "namespace: sandbox-load")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "from-zero.yaml"), []byte(doc), 0o600))
 	o := options()
 	o.ExamplesDir = dir
 	// Real-time engines: requests hold their batch slots as long as on a GPU, so 160 in
@@ -240,6 +248,13 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, sandbox.Run(context.Background(), o, &out), "output:\n%s", out.String())
 	t.Logf("output:\n%s", out.String())
 	assert.Regexp(t, `load done: [1-9][0-9]* requests answered, 0 failed`, out.String())
+	// Scale from zero: held at zero, scaled to one, then answered.
+	// (TestExamples, when it ran first, left its own qwen3-4b at zero too: the output names both.)
+	assert.Regexp(t, `scale from zero: qwen3-4b is at zero replicas \(.*sandbox-load/qwen3-4b-on-demand`, out.String())
+	assert.Regexp(t, `qwen3-4b-on-demand: replicas 0, available 0`, out.String())
+	assert.Regexp(t, `qwen3-4b-on-demand: replicas 1, available 1`, out.String())
+	assert.Regexp(t, `(?m)^  request 3 held, then 200 in `, out.String())
+	assert.Contains(t, out.String(), "qwen3-4b: 3 held requests answered once it came up from zero")
 	assert.Regexp(t, `replicas llama-3-1-8b-a100=\d+ llama-3-1-8b-h100=[2-9]`, out.String(), "the H100 backend grew past its minimum of 1")
 	assert.Contains(t, out.String(), "PANIC", "a jump from 1 engine to 160 in flight is a burst")
 }

@@ -33,8 +33,9 @@ const probeTimeout = 30 * time.Second
 
 // probeRoutes sends one chat completion through the router for the model of every
 // ModelRoute and prints the answer with a curl line a user can copy. An error names the
-// models that did not answer.
-func probeRoutes(ctx context.Context, cl client.Client, routerURL string, out io.Writer) error {
+// models that did not answer. Models at zero replicas (cold) are not asked: they stay at
+// zero until a request comes, which --load sends (runFromZero).
+func probeRoutes(ctx context.Context, cl client.Client, routerURL string, cold map[string][]string, out io.Writer) error {
 	var routes networkingv1alpha1.ModelRouteList
 	if err := cl.List(ctx, &routes); err != nil {
 		return err
@@ -58,6 +59,11 @@ func probeRoutes(ctx context.Context, cl client.Client, routerURL string, out io
 	fmt.Fprintf(out, "   POST %s/v1/messages takes Anthropic's Messages API, with \"max_tokens\")\n", routerURL)
 	var failed []string
 	for _, m := range models {
+		if servings, ok := cold[m]; ok {
+			fmt.Fprintf(out, "  %-28s at zero replicas (%s): a request is held while the autoscaler scales it from zero (--load shows it)\n",
+				m, strings.Join(servings, ", "))
+			continue
+		}
 		line, err := probe(ctx, routerURL, m)
 		// The router learns of Ready pods from its watch a moment after the sandbox does.
 		for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline) && ctx.Err() == nil; {

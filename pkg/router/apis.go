@@ -3,6 +3,7 @@ package router
 import (
 	"github.com/berth-sh/berth/pkg/apicheck"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
@@ -24,6 +25,12 @@ func requiredAPIs(o Options) []apicheck.API {
 func providerAPIs() []apicheck.API {
 	return append(apicheck.CRDs(apicheck.Berth, networkingv1alpha1.SchemeGroupVersion.String(), "externalmodelproviders"),
 		apicheck.Builtin("", "v1", "secrets")...)
+}
+
+// workloadAPIs are what the router reads, and patches the demand annotation of, to bring a
+// model up from zero replicas (fromzero.go).
+func workloadAPIs() []apicheck.API {
+	return apicheck.CRDs(apicheck.Berth, workloadv1alpha1.SchemeGroupVersion.String(), "modelservings")
 }
 
 // gatewayAPIs are what the router reads, and writes the status of, when it serves as a

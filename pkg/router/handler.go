@@ -48,7 +48,8 @@ type exchange struct {
 	status     int
 	attempts   int
 	reason     string
-	span       trace.Span // the request's server span (spans.go); nil in epp mode
+	held       time.Duration // how long the request was held for a model at zero (fromzero.go)
+	span       trace.Span    // the request's server span (spans.go); nil in epp mode
 }
 
 // backend is a target resolved in a snapshot: a ModelServer or an ExternalModelProvider.
@@ -164,6 +165,24 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 		return
 	}
 	res, first, limiter, limits := adm.res, adm.first, adm.limiter, adm.limits
+	ctx := req.Context()
+	if cold := r.coldWorkloads(snap, res.Route.Namespace, res.Targets, time.Now()); len(cold) > 0 {
+		hctx, release, now, b, f := r.holdCold(ctx, res, cold, kind, x)
+		if f != nil {
+			if f.retryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.FormatInt(f.retryAfter, 10))
+			}
+			if f.status == 499 {
+				x.status, x.reason = f.status, f.msg
+				return
+			}
+			fail(f.status, f.code, f.param, f.msg)
+			return
+		}
+		defer release()
+		// It came up: forward to a target that can serve, with the picture that shows it.
+		ctx, snap, first = hctx, now, b
+	}
 	server := ""
 	if first.server != nil {
 		server = x.server
@@ -173,7 +192,6 @@ func (r *Router) serveModelRoutes(w http.ResponseWriter, req *http.Request, tabl
 		return
 	}
 
-	ctx := req.Context()
 	if t := first.policy().Timeout; t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
@@ -615,6 +633,9 @@ func logRequest(log logr.Logger, x *exchange) {
 	}
 	if x.tenant != "" {
 		kv = append(kv, "tenant", x.tenant)
+	}
+	if x.held > 0 {
+		kv = append(kv, "held", x.held.Round(time.Millisecond).String())
 	}
 	log.Info("request", kv...)
 }

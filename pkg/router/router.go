@@ -161,6 +161,13 @@ type Options struct {
 	// holds no request, one of a ModelServer's slots free, so its next request goes at once
 	// rather than after one of another tenant's ends (at the cost of the slot idling).
 	QueueReserve bool
+	// HoldQueueSize bounds how many requests are held for one ModelServer whose
+	// ModelServing is at zero replicas while it comes up (scale from zero, fromzero.go);
+	// HoldTimeout how long each may be held. DisableHold refuses them at once instead (503
+	// with Retry-After; the autoscaler is still told of the demand).
+	HoldQueueSize int
+	HoldTimeout   time.Duration
+	DisableHold   bool
 }
 
 // Defaults fills in zero fields.
@@ -216,6 +223,12 @@ func (o *Options) Defaults() {
 	if o.QueueTimeout == 0 {
 		o.QueueTimeout = 30 * time.Second
 	}
+	if o.HoldQueueSize == 0 {
+		o.HoldQueueSize = 100
+	}
+	if o.HoldTimeout == 0 {
+		o.HoldTimeout = 2 * time.Minute
+	}
 }
 
 // Router serves requests. Create with New, run with Run.
@@ -242,6 +255,9 @@ type Router struct {
 	// shared is nil unless replicas share picks through Redis; sharedOff then says why not.
 	shared    *shared.Shared
 	sharedOff string
+	// fromZero is nil unless the router holds requests for models at zero (fromzero.go):
+	// proxy mode, with the apiserver serving ModelServings.
+	fromZero *fromZero
 
 	stopping atomic.Bool
 	ready    chan struct{}
@@ -321,6 +337,13 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	r.scraper.OwnLoad = picker.Load
 	if err := r.enableTenants(); err != nil {
 		return nil, err
+	}
+	if o.Mode == ModeProxy {
+		if err := apicheck.Check(cfg, "berth-router", workloadAPIs()); err != nil {
+			log.Info("not holding requests for models at zero replicas: the apiserver does not serve ModelServings", "missing", err.Error())
+		} else if err := r.enableFromZero(); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case o.Policy != pick.Scored:
@@ -480,6 +503,9 @@ func (r *Router) Run(ctx context.Context) error {
 	})
 	if r.gateway != nil {
 		r.runGateway(viewCtx)
+	}
+	if r.fromZero != nil {
+		go r.runFromZero(viewCtx)
 	}
 	if r.shared != nil {
 		sharedDone := make(chan struct{})

@@ -116,6 +116,9 @@ type state struct {
 	readers     map[string]*podmetrics.Reader
 	lastApplied map[string]int32     // target (or role) key -> replicas the autoscaler last set
 	zeroSince   map[string]time.Time // optimizer targets whose share has been zero since
+	// zeroAt is when the autoscaler last took each target to zero replicas: demand older
+	// than that was answered before it went (fromzero.go).
+	zeroAt map[string]time.Time
 	// record is a policy's last decision in a binding's terms (homogeneous and
 	// heterogeneous targets decide exactly as a binding does).
 	record *workloadv1alpha1.AutoscalingPolicyBindingStatus
@@ -176,6 +179,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&workloadv1alpha1.AutoscalingPolicyBinding{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&workloadv1alpha1.AutoscalingPolicy{}, handler.EnqueueRequestsFromMapFunc(r.bindingsOfPolicy),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A router's demand for a ModelServing at zero (fromzero.go) is acted on at once, not
+		// at the binding's next sync.
+		Watches(&workloadv1alpha1.ModelServing{}, handler.EnqueueRequestsFromMapFunc(r.bindingsOfTarget),
+			builder.WithPredicates(demandChanged())).
 		Complete(r)
 	if err != nil {
 		return err
@@ -310,7 +317,8 @@ func (r *Reconciler) stateFor(key stateKey, uid types.UID, now time.Time) *state
 			st.close()
 		}
 		st = &state{uid: uid, scaler: autoscale.NewScaler(autoscale.Policy{}, now), roles: map[string]*autoscale.Scaler{},
-			readers: map[string]*podmetrics.Reader{}, lastApplied: map[string]int32{}, zeroSince: map[string]time.Time{}}
+			readers: map[string]*podmetrics.Reader{}, lastApplied: map[string]int32{}, zeroSince: map[string]time.Time{},
+			zeroAt: map[string]time.Time{}}
 		r.states[key] = st
 	}
 	return st

@@ -56,6 +56,9 @@ type target struct {
 	podList []corev1.Pod
 	pods    []podmetrics.Pod
 	grace   time.Duration
+	// demand is the time in the target's demand annotation (zero without one): a router
+	// held a request for it at zero replicas (fromzero.go).
+	demand time.Time
 }
 
 // decide reads, decides and applies for one job, writing what it did into status.
@@ -142,6 +145,7 @@ func (r *Reconciler) decide(ctx context.Context, j job, st *state, status *workl
 		in.ScaleToZeroGrace = targets[0].grace
 	}
 	d := st.scaler.Decide(in)
+	fromZero := r.fromZero(targets, st, current, lo, hi, &d, now)
 
 	// What each target gets.
 	want := make([]int32, len(targets))
@@ -234,8 +238,14 @@ func (r *Reconciler) decide(ctx context.Context, j job, st *state, status *workl
 				applyErr = errors.Join(applyErr, fmt.Errorf("scale %s to %d: %w", t.key, want[i], err))
 				want[i] = cur
 			} else {
+				if fromZero && cur == 0 {
+					r.scaledFromZeroEvent(j, t, want[i])
+				}
 				r.scaledEvent(j, t.key, t.ref(), cur, want[i], msg)
 				status.LastScaleTime = &metav1.Time{Time: now}
+				if want[i] == 0 {
+					st.zeroAt[t.key] = now
+				}
 			}
 		}
 		st.lastApplied[t.key] = want[i]
@@ -250,7 +260,7 @@ func (r *Reconciler) decide(ctx context.Context, j job, st *state, status *workl
 	if applyErr != nil {
 		return &problem{ReasonScaleFailed, applyErr.Error()}
 	}
-	if !ok && current >= lo && current <= hi {
+	if !ok && current >= lo && current <= hi && !fromZero {
 		setCondition(&status.Conditions, j.generation, ConditionReady, metav1.ConditionFalse, autoscale.ReasonNoRecommendation, msg)
 		return nil
 	}
@@ -406,6 +416,10 @@ func (r *Reconciler) resolve(ctx context.Context, j job, spec workloadv1alpha1.T
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &md); err == nil {
 		if t.grace, err = scaleToZeroGrace(md.Annotations); err != nil {
 			return nil, &problem{ReasonTargetNotScalable, fmt.Sprintf("%s %s: %v", kind, ref.Name, err)}
+		}
+		if v, ok := md.Annotations[workloadv1alpha1.DemandAnnotation]; ok {
+			// An unreadable time is no demand: the router writes RFC 3339 only.
+			t.demand, _ = time.Parse(time.RFC3339Nano, v)
 		}
 	}
 	return t, nil

@@ -13,6 +13,9 @@ const (
 	// policy, and the hold passed without another.
 	ReasonPanicModeStarted = "PanicModeStarted"
 	ReasonPanicModeEnded   = "PanicModeEnded"
+	// ReasonScaledFromZero: a target at zero replicas was scaled up because a router held
+	// requests for it (its demand annotation), before any metric could ask.
+	ReasonScaledFromZero = "ScaledFromZero"
 	// ReasonManualScaleObserved: a target has a replica count the autoscaler did not set.
 	ReasonManualScaleObserved = "ManualScaleObserved"
 )

@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,6 +34,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/router/credentials"
 	"github.com/berth-sh/berth/pkg/router/gateway"
 	"github.com/berth-sh/berth/pkg/router/match"
@@ -109,7 +112,22 @@ type Server struct {
 	// Endpoints serve whole requests; a PD server has Prefill and Decode instead.
 	Endpoints       []*Endpoint
 	Prefill, Decode []*Endpoint
+	// Workload is the ModelServing the server's workloadSelector names (by its
+	// modelserving.volcano.sh/name label), nil when it names none, that ModelServing does not
+	// exist, or the view does not read ModelServings (EnableWorkloads).
+	Workload *Workload
 }
+
+// Workload is what the router knows of a ModelServing to bring it up from zero.
+type Workload struct {
+	Namespace, Name string
+	// Replicas is its spec.replicas (1 when unset).
+	Replicas int32
+	// Demand is the time in its DemandAnnotation (zero without one, or unreadable).
+	Demand time.Time
+}
+
+func (w *Workload) String() string { return "ModelServing " + w.Namespace + "/" + w.Name }
 
 // Disaggregated reports whether requests need a prefill and a decode endpoint.
 func (s *Server) Disaggregated() bool { return s.Connector != "" }
@@ -206,7 +224,14 @@ type View struct {
 	routesKey string
 	// gw is set by EnableGateway: the view then reads the Gateway API objects too.
 	gw *gatewaySource
+	// workloads is set by EnableWorkloads: the view then reads ModelServings (their replicas
+	// and demand annotation only) for scale from zero.
+	workloads bool
 }
+
+// EnableWorkloads makes the view read ModelServings, so a Server knows its Workload. Call
+// before Run.
+func (v *View) EnableWorkloads() { v.workloads = true }
 
 // Scheme knows the kinds the view reads.
 func Scheme() *runtime.Scheme {
@@ -215,6 +240,9 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	if err := networkingv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := workloadv1alpha1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	if err := gwv1.Install(s); err != nil {
@@ -234,6 +262,9 @@ func New(cfg *rest.Config, providers bool, log logr.Logger) (*View, error) {
 		// The router needs labels, status and ports; managed fields are the bulk of a pod
 		// object and never read.
 		DefaultTransform: cache.TransformStripManagedFields(),
+		// Of a ModelServing (two pod templates per role) the router needs its name,
+		// annotations and replicas only: keep no more in memory.
+		ByObject: map[client.Object]cache.ByObject{&workloadv1alpha1.ModelServing{}: {Transform: slimModelServing}},
 	})
 	if err != nil {
 		return nil, err
@@ -281,6 +312,9 @@ func (v *View) Run(ctx context.Context) error {
 	if v.providers {
 		objs = append(objs, &networkingv1alpha1.ExternalModelProvider{})
 		defer v.creds.Stop()
+	}
+	if v.workloads {
+		objs = append(objs, &workloadv1alpha1.ModelServing{})
 	}
 	if v.gw != nil {
 		objs = append(objs, gatewayObjects()...)
@@ -422,6 +456,11 @@ func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ er
 			return nil, false, err
 		}
 		s := Resolve(ms, pods)
+		if v.workloads {
+			if s.Workload, err = v.workloadOf(ctx, ms); err != nil {
+				return nil, false, err
+			}
+		}
 		snap.Servers[types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}] = s
 		for _, list := range [][]*Endpoint{s.Endpoints, s.Prefill, s.Decode} {
 			for _, e := range list {
@@ -581,4 +620,42 @@ func ResolveProvider(p *networkingv1alpha1.ExternalModelProvider, credential fun
 		out.Credential = c.Value
 	}
 	return out
+}
+
+// workloadOf is the ModelServing ms's workloadSelector names, nil when none.
+func (v *View) workloadOf(ctx context.Context, ms *networkingv1alpha1.ModelServer) (*Workload, error) {
+	sel := ms.Spec.WorkloadSelector
+	if sel == nil || sel.MatchLabels[workloadv1alpha1.ModelServingNameLabel] == "" {
+		return nil, nil
+	}
+	var w workloadv1alpha1.ModelServing
+	key := types.NamespacedName{Namespace: ms.Namespace, Name: sel.MatchLabels[workloadv1alpha1.ModelServingNameLabel]}
+	if err := v.cache.Get(ctx, key, &w, client.UnsafeDisableDeepCopy); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	out := &Workload{Namespace: w.Namespace, Name: w.Name, Replicas: 1}
+	if w.Spec.Replicas != nil {
+		out.Replicas = *w.Spec.Replicas
+	}
+	if t, err := time.Parse(time.RFC3339Nano, w.Annotations[workloadv1alpha1.DemandAnnotation]); err == nil {
+		out.Demand = t
+	}
+	return out, nil
+}
+
+// slimModelServing keeps of a ModelServing what workloadOf reads.
+func slimModelServing(obj any) (any, error) {
+	w, ok := obj.(*workloadv1alpha1.ModelServing)
+	if !ok {
+		return obj, nil
+	}
+	return &workloadv1alpha1.ModelServing{
+		TypeMeta: w.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.Namespace, Name: w.Name, UID: w.UID, ResourceVersion: w.ResourceVersion,
+			Generation: w.Generation, Labels: w.Labels, Annotations: w.Annotations, DeletionTimestamp: w.DeletionTimestamp},
+		Spec: workloadv1alpha1.ModelServingSpec{Replicas: w.Spec.Replicas},
+	}, nil
 }

@@ -284,7 +284,22 @@ func (s *Server) record(r *http.Request) {
 	rec := Received{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone()}
 	s.mu.Lock()
 	s.last = rec
+	if len(s.received) == maxReceived {
+		s.received = append(s.received[:0], s.received[1:]...)
+	}
+	s.received = append(s.received, rec)
 	s.mu.Unlock()
+}
+
+// maxReceived bounds the requests an engine remembers (Requests).
+const maxReceived = 64
+
+// Requests are the last API requests the engine was sent (at most 64), oldest first, in the
+// order they arrived: what a test of the order a router sends in reads.
+func (s *Server) Requests() []Received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Received(nil), s.received...)
 }
 
 // LastRequest is the last API request the engine was sent (scrapes and health probes

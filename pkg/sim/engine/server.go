@@ -50,6 +50,7 @@ type Server struct {
 	stats            Stats
 	// API state.
 	last     Received
+	received []Received // the last maxReceived, oldest first
 	fault    Fault
 	adapters []loraAdapter // in load order
 }

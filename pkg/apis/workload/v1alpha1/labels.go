@@ -58,6 +58,14 @@ const (
 	// scaleToZeroGracePeriod; any object with a scale subresource may carry it.
 	ScaleToZeroGracePeriodAnnotation = "autoscaling.berth.sh/scale-to-zero-grace-period"
 
+	// DemandAnnotation on a ModelServing at zero replicas is the time (RFC 3339) a
+	// berth-router last held a request for it: scale from zero. Every router replica holding
+	// requests writes it (a merge patch, only when it is missing or a few seconds old, so a
+	// burst writes it once or twice); berth-controller's autoscaler scales a target whose
+	// demand is newer than its last scale to zero from zero to max(1, minReplicas), and
+	// counts the demand as activity, so the scale-to-zero grace period starts again from it.
+	DemandAnnotation = "autoscaling.berth.sh/demand"
+
 	// GroupSizeEnv is the number of pods of a role replica (workers + 1).
 	GroupSizeEnv = "GROUP_SIZE"
 	// EntryAddressEnv is the stable DNS name of the role replica's entry pod.

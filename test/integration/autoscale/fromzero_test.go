@@ -1,0 +1,160 @@
+package autoscale
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+)
+
+// routeByModelServing is a ModelServer selecting the pods of ModelServing name (by the
+// label every pod of it carries) and a ModelRoute serving model through it: the router
+// then knows which ModelServing to bring up from zero.
+func routeByModelServing(name, model string) []string {
+	return []string{fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelServer
+metadata: {name: %[1]s}
+spec:
+  model: %[2]s
+  inferenceEngine: vLLM
+  workloadSelector: {matchLabels: {%[3]s: %[1]s}}
+  workloadPort: {port: 8000}
+`, name, model, workloadv1alpha1.ModelServingNameLabel), fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: %[1]s}
+spec:
+  modelName: %[2]s
+  rules:
+  - targetModels: [{modelServerName: %[1]s}]
+`, name, model)}
+}
+
+// routerMetric is the value of the router's series of metric with label route (and
+// outcome when set), 0 before it exists.
+func routerMetric(t *testing.T, metric, route, outcome string) float64 {
+	t.Helper()
+	mfs, err := rt.MetricsRegistry().Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := route == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "route" && l.GetValue() == route {
+					match = true
+				}
+				if l.GetName() == "outcome" && outcome != "" && l.GetValue() != outcome {
+					match = false
+				}
+			}
+			if match {
+				if m.Counter != nil {
+					return m.GetCounter().GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// Scale from zero: a model at zero replicas has no pods, so no metric asks for one. The
+// router holds the requests for it and writes the ModelServing's demand annotation; the
+// autoscaler scales it 0 -> 1; berth-scheduler places the pod; the held requests are then
+// answered, and reach the engine in the order they arrived.
+func TestScaleFromZeroAnswersHeldRequestsInArrivalOrder(t *testing.T) {
+	w := newWorld(t, 1)
+	w.served("cold", "qwen3-cold", "cold", 0)
+	w.apply(routeByModelServing("cold", "qwen3-cold")...)
+	log := w.watchReplicas("cold")["cold"]
+	w.apply(policyYAML("running", `
+    scaleDown: {instances: 1, percent: 100, period: 1s, stabilizationWindow: 60s}`),
+		scalingBindingYAML("cold", "running", "cold", 0, 2))
+	w.eventually("the router sees ModelServing cold at zero replicas", 30*time.Second, func() bool {
+		s := rt.View().Snapshot().Server(w.ns, "cold")
+		return s != nil && s.Workload != nil && s.Workload.Replicas == 0
+	})
+	// Without demand the autoscaler leaves the target at zero: no pods, no metric.
+	w.decided(3, "cold")
+	require.Equal(t, []int32{0}, log.values(), "nothing scaled the ModelServing before a request came")
+
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	answers := make([]chan answer, 3)
+	for i := range answers {
+		answers[i] = make(chan answer, 1)
+		body := `{"model":"qwen3-cold","max_tokens":4,"messages":[{"role":"user","content":"request ` + strconv.Itoa(i) + `"}]}`
+		go func() {
+			req, _ := http.NewRequestWithContext(w.ctx, http.MethodPost, "http://"+rt.Addr()+"/v1/chat/completions", bytes.NewBufferString(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Test-Seq", strconv.Itoa(i))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				answers[i] <- answer{err: err}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers[i] <- answer{status: resp.StatusCode, body: string(b)}
+		}()
+		// Arrival order is the order they are sent in: each leaves a moment after the one
+		// before, which a parse and a match take far less than.
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i, ch := range answers {
+		select {
+		case a := <-ch:
+			require.NoError(t, a.err, "request %d", i)
+			require.Equal(t, http.StatusOK, a.status, "request %d was answered once the model came up: %s", i, a.body)
+		case <-time.After(90 * time.Second):
+			t.Fatalf("request %d was not answered within 90s", i)
+		}
+	}
+	assert.Equal(t, float64(3), routerMetric(t, "berth_router_held_requests_total", w.ns+"/cold", "released"),
+		"all three were held until the model came up, then released")
+
+	// The autoscaler scaled 0 -> 1 (not further: one request in flight at most asks for no more).
+	vals := log.values()
+	require.GreaterOrEqual(t, len(vals), 2, "replicas %v", vals)
+	assert.Equal(t, []int32{0, 1}, vals[:2], "scaled from zero to max(1, minReplicas 0)")
+	w.hasEvent("cold", "ScaledFromZero")
+	var ms workloadv1alpha1.ModelServing
+	require.NoError(t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "cold"}, &ms))
+	assert.NotEmpty(t, ms.Annotations[workloadv1alpha1.DemandAnnotation], "the router told the autoscaler through the annotation")
+
+	// The pod came up through berth-scheduler.
+	var pods corev1.PodList
+	require.NoError(t, cl.List(w.ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: "cold"}))
+	require.Len(t, pods.Items, 1)
+	pod := pods.Items[0]
+	assert.Equal(t, "berth-scheduler", pod.Spec.SchedulerName)
+	assert.NotEmpty(t, pod.Spec.NodeName, "placed on a node")
+
+	// In arrival order at the engine.
+	eng := system.Engines.Engine(w.ns, pod.Name)
+	require.NotNil(t, eng)
+	var order []string
+	for _, r := range eng.Requests() {
+		if s := r.Header.Get("X-Test-Seq"); s != "" {
+			order = append(order, s)
+		}
+	}
+	assert.Equal(t, []string{"0", "1", "2"}, order, "the held requests reached the engine in arrival order")
+}
