@@ -302,7 +302,10 @@ func TestScraperSyncStopsAndForgetsRemovedEndpoints(t *testing.T) {
 	stopped := n1.Load()
 	seen2 := waitStats(t, s, "e2", "a scrape", func(Stats) bool { return true }).Scrapes
 	waitStats(t, s, "e2", "three more scrapes", func(st Stats) bool { return st.Scrapes >= seen2+3 })
-	assert.Equal(t, stopped, n1.Load(), "a removed endpoint is no longer scraped (while the remaining one was, three times)")
+	// The loop's last request may reach the engine after the loop ended (the client gives up
+	// at once on cancel; the server sees the request when it gets to it): one late arrival is
+	// that request, more would be a loop still scraping (at 5 ms, three or more by now).
+	assert.LessOrEqual(t, n1.Load()-stopped, int64(1), "a removed endpoint is no longer scraped (while the remaining one was, three times)")
 	_, ok = s.Stats("e1")
 	assert.False(t, ok, "a scrape under way when it was removed does not bring it back")
 
