@@ -99,8 +99,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(ms.Namespace),
-		client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name}); err != nil {
+	if err := r.List(ctx, &pods, client.InNamespace(ms.Namespace), client.MatchingFields{controllerUIDIndex: string(ms.UID)}); err != nil {
 		return ctrl.Result{}, err
 	}
 	var owned []corev1.Pod
@@ -515,7 +514,7 @@ const revisionHistoryLimit = 10
 // pruneRevisions deletes the oldest ControllerRevisions no group runs, beyond the limit.
 func (r *Reconciler) pruneRevisions(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup) error {
 	var list appsv1.ControllerRevisionList
-	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingFields{controllerUIDIndex: string(ms.UID)}); err != nil {
 		return err
 	}
 	// The current revision too: a replica below a partition that is rebuilt comes back from it.
