@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -83,6 +84,10 @@ func runIfComponent() bool {
 		// Both controllers get the same client rate (kube-controller-manager's loops in
 		// internal/controlplane run at it whatever cfg says).
 		cfg.QPS, cfg.Burst = controllerQPS, controllerBurst
+		// Count their requests by verb and resource (a copied config keeps the wrapper).
+		counter := newRequestCounter()
+		cfg.Wrap(counter.wrap)
+		go reportRequests(ctx, counter)
 		if role == "kube-controller-manager" {
 			err = controlplane.RunControllers(ctx, cfg)
 			break
@@ -104,22 +109,37 @@ func runIfComponent() bool {
 	return true
 }
 
+// reportRequests prints the counter's counts every 200 ms.
+func reportRequests(ctx context.Context, counter *requestCounter) {
+	for ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+		fmt.Fprintf(os.Stderr, "%s%s\n", requestsPrefix, counter.snapshot())
+	}
+}
+
 // stats is a component's self-report, plus its CPU seconds from /proc at that moment.
 type stats struct {
 	goroutines int
 	heap       uint64
 	cpu        float64
+	// requests is the API requests the component made so far by verb and resource
+	// (controllers only).
+	requests map[string]int
 }
 
 // component is a running component process.
 type component struct {
-	role  string
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	last  stats
-	peak  uint64 // VmHWM, read while the process runs
-	marks map[string]stats
-	done  chan struct{}
+	role string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	last stats
+	peak uint64 // VmHWM, read while the process runs
+	// requests is the latest of the process's request counts (requestsPrefix lines),
+	// received at requestsAt.
+	requests   map[string]int
+	requestsAt time.Time
+	marks      map[string]stats
+	done       chan struct{}
 }
 
 func startComponent(ctx context.Context, cp *controlplane.ControlPlane, dir, role string) (*component, error) {
@@ -146,6 +166,15 @@ func startComponent(ctx context.Context, cp *controlplane.ControlPlane, dir, rol
 		s := bufio.NewScanner(stderr)
 		s.Buffer(make([]byte, 64<<10), 1<<20)
 		for s.Scan() {
+			if raw, ok := strings.CutPrefix(s.Text(), requestsPrefix); ok {
+				var counts map[string]int
+				if json.Unmarshal([]byte(raw), &counts) == nil {
+					c.mu.Lock()
+					c.requests, c.requestsAt = counts, time.Now()
+					c.mu.Unlock()
+				}
+				continue
+			}
 			line, ok := strings.CutPrefix(s.Text(), statsPrefix)
 			if !ok {
 				continue
@@ -187,7 +216,18 @@ func (c *component) latest() stats {
 func (c *component) mark(name string) {
 	st := c.latest()
 	st.cpu = c.cpuSeconds()
+	// The request counts the process prints next (within 200 ms): those it had made by now.
+	start := time.Now()
+	for deadline := start.Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c.mu.Lock()
+		fresh := c.requests == nil || c.requestsAt.After(start)
+		c.mu.Unlock()
+		if fresh {
+			break
+		}
+	}
 	c.mu.Lock()
+	st.requests = c.requests
 	c.marks[name] = st
 	c.mu.Unlock()
 }

@@ -408,6 +408,33 @@ func report(c config, results []result) (string, error) {
 		fmt.Fprintf(&out, "CPU seconds (scheduler + controller, fill) %s/%s: %.2f\n", a.mode, b.mode, fa/fb)
 		fmt.Fprintf(&out, "CPU seconds (scheduler + controller, whole run) %s/%s: %.2f\n", a.mode, b.mode, ca/cb)
 	}
+	// What each controller asked of the apiserver, per object: the writes are what its CPU
+	// in the fill goes to beside reconciling.
+	first := true
+	for _, r := range results {
+		for _, comp := range r.components {
+			fill := comp.marks["fill"].requests
+			if fill == nil {
+				continue
+			}
+			if first {
+				fmt.Fprintf(&out, "\nAPI requests (and berth-controller's reconciles) per object in the fill, by controller:\n")
+				first = false
+			}
+			fmt.Fprintf(&out, "%s writes: %s\n", comp.role, perObject(fill, c.servings, isWrite))
+			fmt.Fprintf(&out, "%s reads: %s\n", comp.role, perObject(fill, c.servings, isRead))
+			if comp.role == "berth-controller" {
+				fmt.Fprintf(&out, "%s reconciles: %s\n", comp.role, perObject(fill, c.servings, isReconcile))
+			}
+			if churn := comp.marks["churn"].requests; churn != nil && r.churnOps > 0 {
+				diff := map[string]int{}
+				for k, n := range churn {
+					diff[k] = n - fill[k]
+				}
+				fmt.Fprintf(&out, "%s writes per churn op: %s\n", comp.role, perObject(diff, r.churnOps, isWrite))
+			}
+		}
+	}
 	return out.String(), nil
 }
 

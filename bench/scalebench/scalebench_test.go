@@ -55,7 +55,18 @@ func TestSmallRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"both schedulers at client QPS 500, burst 1000", "berth-scheduler", "kube-scheduler", "time to Available berth/peer:"} {
+	// Each controller's requests: every pod of the fill was created by its controller.
+	for _, r := range results {
+		ctl := r.components[1]
+		if n := ctl.marks["fill"].requests["create pods"]; n < c.servings*c.podsPerServing {
+			t.Errorf("%s: %s created %d pods in the fill, want at least %d", r.mode, ctl.role, n, c.servings*c.podsPerServing)
+		}
+	}
+	if n := results[0].components[1].marks["fill"].requests["reconcile modelserving"]; n < c.servings {
+		t.Errorf("berth-controller reconciled ModelServings %d times in the fill, want at least once each (%d)", n, c.servings)
+	}
+	for _, want := range []string{"both schedulers at client QPS 500, burst 1000", "berth-scheduler", "kube-scheduler", "time to Available berth/peer:",
+		"berth-controller writes: total", "kube-controller-manager writes: total", "berth-controller reconciles: total"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("report lacks %q:\n%s", want, text)
 		}

@@ -19,9 +19,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -37,6 +40,9 @@ type Reconciler struct {
 	client.Client
 	Scheme   *runtime.Scheme
 	Recorder events.EventRecorder
+
+	// created is the pods created that the cache does not show yet.
+	created createdPods
 }
 
 // RBAC (manifests/controller/role.yaml is generated from these markers): the ModelServing
@@ -61,7 +67,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// ModelServings are independent of each other; several reconcile at once.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		For(&workloadv1alpha1.ModelServing{}).
-		Owns(&corev1.Pod{}).
+		// The informer's add event says the cache now shows a pod a pass created.
+		Owns(&corev1.Pod{}, builder.WithPredicates(predicate.Funcs{CreateFunc: func(e event.CreateEvent) bool {
+			r.created.observed(e.Object)
+			return true
+		}})).
 		Owns(&corev1.Service{}).
 		Owns(&volcanov1beta1.PodGroup{}).
 		Complete(r)
@@ -92,6 +102,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if ms.DeletionTimestamp != nil {
 		// Its status is no longer kept, so its series would only go stale.
 		forgetModelServing(ms.Namespace, ms.Name)
+		r.created.forget(ms.UID)
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the rest
 	}
 	revision, err := r.ensureRevision(ctx, ms)
@@ -99,8 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(ms.Namespace),
-		client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name}); err != nil {
+	if err := r.List(ctx, &pods, client.InNamespace(ms.Namespace), client.MatchingFields{controllerUIDIndex: string(ms.UID)}); err != nil {
 		return ctrl.Result{}, err
 	}
 	var owned []corev1.Pod
@@ -110,6 +120,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	groups := observeGroups(ms, owned)
+	// Pods created by an earlier pass that the cache does not show yet exist all the same:
+	// their group is not created again, nor their role replica recovered as lost.
+	pending := r.created.pendingFor(ms.UID, func(name string) bool { return podIn(groups, name) }, time.Now())
+	for _, idx := range pending {
+		if groups[idx] == nil {
+			groups[idx] = &servingGroup{index: idx, pods: map[string]*corev1.Pod{}}
+		}
+	}
 	logger.V(4).Info("observed", "revision", revision, "groups", len(groups), "pods", len(owned))
 
 	// Plugins (spec.plugins) change every pod before it is created: with one that cannot be
@@ -179,7 +197,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var requeue time.Duration
 	templates := newRevisionTemplates(r.Client, ms, revision)
 	for _, idx := range sortedIndices(groups) {
-		wait, err := r.ensureGroup(ctx, ms, revision, groups[idx], chain, templates, domains)
+		wait, err := r.ensureGroup(ctx, ms, revision, groups[idx], chain, templates, domains, pending)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -276,7 +294,7 @@ func sortedIndices(groups map[int]*servingGroup) []int {
 // ensureGroup creates whatever of group g is missing and applies the recovery policy to
 // what is broken. It returns how soon to look again when a recovery waits out its grace period.
 func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, g *servingGroup,
-	chain *plugins.Chain, templates *revisionTemplates, domains *computeDomains) (time.Duration, error) {
+	chain *plugins.Chain, templates *revisionTemplates, domains *computeDomains, pending map[string]int) (time.Duration, error) {
 	groupRevision := g.revision()
 	if needsPodGroup(ms) {
 		if err := r.ensurePodGroup(ctx, ms, g.index); err != nil {
@@ -286,6 +304,13 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 	logger := log.FromContext(ctx)
 	group := workloadv1alpha1.ServingGroupName(ms.Name, g.index)
 	units := groupUnits(ms, g)
+	for _, u := range units {
+		for _, name := range u.names {
+			if _, ok := pending[name]; ok {
+				u.pending++
+			}
+		}
+	}
 	// Pods of role replicas the spec no longer has (a role scaled down) go first.
 	if extra := podsOutside(g, units); len(extra) > 0 {
 		logger.V(2).Info("deleting pods of role replicas no longer in the spec", "group", group, "pods", klog.KObjSlice(extra))
@@ -342,6 +367,9 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 			if _, ok := g.pods[name]; ok {
 				continue
 			}
+			if _, ok := pending[name]; ok {
+				continue // created by an earlier pass; the cache has not caught up
+			}
 			pod := BuildPod(ms, rev, g.index, role, u.replica, k)
 			if err := chain.OnPodCreate(&plugins.Pod{ModelServing: ms, Group: g.index, Role: role.Name,
 				RoleID: workloadv1alpha1.RoleReplicaName(role.Name, u.replica), Worker: k, Pod: pod}); err != nil {
@@ -359,6 +387,7 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 				return 0, fmt.Errorf("create pod %s: %w", name, err)
 			}
 			logger.V(4).Info("created pod", "group", group, "pod", klog.KObj(pod), "revision", rev)
+			r.created.created(ms.UID, name, g.index, time.Now())
 			g.pods[name] = pod
 		}
 	}
@@ -452,6 +481,7 @@ func (r *Reconciler) deleteGroup(ctx context.Context, ms *workloadv1alpha1.Model
 	if err := r.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ms.Namespace), sel); err != nil {
 		return err
 	}
+	r.created.forgetGroup(ms.UID, idx)
 	var svcs corev1.ServiceList
 	if err := r.List(ctx, &svcs, client.InNamespace(ms.Namespace), sel); err != nil {
 		return err
@@ -515,7 +545,7 @@ const revisionHistoryLimit = 10
 // pruneRevisions deletes the oldest ControllerRevisions no group runs, beyond the limit.
 func (r *Reconciler) pruneRevisions(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup) error {
 	var list appsv1.ControllerRevisionList
-	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name}); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(ms.Namespace), client.MatchingFields{controllerUIDIndex: string(ms.UID)}); err != nil {
 		return err
 	}
 	// The current revision too: a replica below a partition that is rebuilt comes back from it.

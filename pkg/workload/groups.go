@@ -33,6 +33,16 @@ func observeGroups(ms *workloadv1alpha1.ModelServing, pods []corev1.Pod) map[int
 	return groups
 }
 
+// podIn says whether any group holds pod name.
+func podIn(groups map[int]*servingGroup, name string) bool {
+	for _, g := range groups {
+		if _, ok := g.pods[name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // expectedPods is the number of pods a complete group has.
 func expectedPods(ms *workloadv1alpha1.ModelServing) int {
 	n := 0

@@ -17,6 +17,9 @@ type unit struct {
 	names   []string      // expected pod names, entry first
 	present []*corev1.Pod // pods that exist and are not terminating
 	dying   []*corev1.Pod // pods being deleted
+	// pending counts the pods this controller created that its cache does not show yet
+	// (createdPods): they exist, so they are not lost.
+	pending int
 }
 
 func (u *unit) terminating() bool { return len(u.dying) > 0 }
@@ -151,7 +154,7 @@ func planRecovery(ms *workloadv1alpha1.ModelServing, g *servingGroup, units []*u
 			}
 		}
 		// Pods lost from a replica that still has others: the survivors restart with them.
-		if len(u.present) > 0 && len(u.present) < len(u.names) && policy != workloadv1alpha1.NoneRestartPolicy {
+		if len(u.present) > 0 && len(u.present)+u.pending < len(u.names) && policy != workloadv1alpha1.NoneRestartPolicy {
 			reasons = append(reasons, fmt.Sprintf("%d of %d pods of %s are gone", len(u.names)-len(u.present), len(u.names), workloadv1alpha1.RoleReplicaName(u.role.Name, u.replica)))
 		}
 		if len(reasons) == 0 {

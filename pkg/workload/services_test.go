@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -126,6 +127,7 @@ func reconcileOnce(t *testing.T, ms *workloadv1alpha1.ModelServing, objs ...clie
 	t.Helper()
 	cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
 		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).
+		WithIndex(&corev1.Pod{}, controllerUIDIndex, controllerUID).WithIndex(&appsv1.ControllerRevision{}, controllerUIDIndex, controllerUID).
 		WithStatusSubresource(&workloadv1alpha1.ModelServing{}).WithObjects(append([]client.Object{ms}, objs...)...).Build()
 	recorder := events.NewFakeRecorder(100)
 	r := &Reconciler{Client: cl, Scheme: cl.Scheme(), Recorder: recorder}
@@ -192,7 +194,9 @@ func TestReconcileForgetsSeriesOfDeletedModelServing(t *testing.T) {
 	moved.Name = "moved"
 	moved.Spec.SchedulerName = "volcano"
 	cl := fake.NewClientBuilder().WithScheme(servingScheme(t)).
-		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).WithObjects(terminating, moved).Build()
+		WithIndex(&corev1.Service{}, controllerUIDIndex, controllerUID).WithIndex(&volcanov1beta1.PodGroup{}, controllerUIDIndex, controllerUID).
+		WithIndex(&corev1.Pod{}, controllerUIDIndex, controllerUID).WithIndex(&appsv1.ControllerRevision{}, controllerUIDIndex, controllerUID).
+		WithObjects(terminating, moved).Build()
 	r := &Reconciler{Scope: scope.Berth, Client: cl, Scheme: cl.Scheme(), Recorder: events.NewFakeRecorder(10)}
 
 	for _, name := range []string{"gone", "terminating", "moved"} {
