@@ -114,9 +114,12 @@ func TestScaleFromZeroAnswersHeldRequestsInArrivalOrder(t *testing.T) {
 			resp.Body.Close()
 			answers[i] <- answer{status: resp.StatusCode, body: string(b)}
 		}()
-		// Arrival order is the order they are sent in: each leaves a moment after the one
-		// before, which a parse and a match take far less than.
-		time.Sleep(50 * time.Millisecond)
+		// Arrival order is the order they are sent in: each is sent once the one before is
+		// held (a fixed gap was not enough under the race detector, where the second
+		// request once reached the router first).
+		w.eventually(fmt.Sprintf("request %d is held", i), 20*time.Second, func() bool {
+			return routerMetric(t, "berth_router_held_requests", "", "") >= float64(i+1)
+		})
 	}
 	for i, ch := range answers {
 		select {

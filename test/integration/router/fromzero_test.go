@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -95,11 +96,12 @@ func heldNow(t *testing.T, r *router.Router) float64 {
 	return 0
 }
 
-func (w *world) waitAtZero(r *router.Router, name string) {
+func (w *world) waitAtZero(r *router.Router, name, model string) {
 	w.t.Helper()
-	w.eventually("the router sees ModelServing "+name+" at zero replicas", 30*time.Second, func() bool {
-		s := r.View().Snapshot().Server(w.ns, name)
-		return s != nil && s.Workload != nil && s.Workload.Replicas == 0
+	w.eventually("the router sees ModelServing "+name+" at zero replicas and a route for "+model, 30*time.Second, func() bool {
+		snap := r.View().Snapshot()
+		s := snap.Server(w.ns, name)
+		return s != nil && s.Workload != nil && s.Workload.Replicas == 0 && slices.Contains(snap.Routes.Models(), model)
 	})
 }
 
@@ -109,7 +111,7 @@ func TestScaleFromZeroHoldingDisabled(t *testing.T) {
 	w := newWorld(t, 0)
 	r := startRouter(t, router.Options{DisableHold: true})
 	w.atZero("idle", "idle-model")
-	w.waitAtZero(r, "idle")
+	w.waitAtZero(r, "idle", "idle-model")
 
 	got := postCold(r, "idle-model")
 	require.NoError(t, got.err)
@@ -131,7 +133,7 @@ func TestScaleFromZeroQueueFullAndTimeout(t *testing.T) {
 	const timeout = 3 * time.Second
 	r := startRouter(t, router.Options{HoldQueueSize: 2, HoldTimeout: timeout})
 	w.atZero("sleepy", "sleepy-model")
-	w.waitAtZero(r, "sleepy")
+	w.waitAtZero(r, "sleepy", "sleepy-model")
 
 	held := make(chan refusal, 2)
 	for range 2 {
