@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
@@ -92,6 +94,17 @@ func TestScaleFromZeroAnswersHeldRequestsInArrivalOrder(t *testing.T) {
 	w.decided(3, "cold")
 	require.Equal(t, []int32{0}, log.values(), "nothing scaled the ModelServing before a request came")
 
+	// The world's one node is cordoned while the requests are sent: the model comes up as
+	// soon as the first request's demand is seen, and on a fast run it was serving before
+	// the third request was sent. Held until the node is uncordoned, all three wait.
+	node := w.ns + "-gpu-0"
+	cordon := func(on bool) {
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+		_, err := kube.CoreV1().Nodes().Patch(w.ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		require.NoError(t, err)
+	}
+	cordon(true)
+
 	type answer struct {
 		status int
 		body   string
@@ -121,6 +134,7 @@ func TestScaleFromZeroAnswersHeldRequestsInArrivalOrder(t *testing.T) {
 			return routerMetric(t, "berth_router_held_requests", "", "") >= float64(i+1)
 		})
 	}
+	cordon(false)
 	for i, ch := range answers {
 		select {
 		case a := <-ch:
