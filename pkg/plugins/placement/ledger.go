@@ -68,8 +68,14 @@ func (m *Model) Groups(ctx context.Context, cfg *rest.Config) (*podgroups.Source
 	return m.groups, m.groupsErr
 }
 
-// exclusionTime is how long a node that refused a planned pod stays out of its group's plans.
-const exclusionTime = 30 * time.Second
+// exclusionTime is how long a node that refused a planned pod stays out of its group's plans:
+// long enough that a refusal the model cannot foresee (inter-pod affinity, host ports,
+// volumes) does not send the group back to the node at every retry (a backoff is 2 s), short
+// enough that a refusal that was only a moment's (the node's capacity changing under the
+// plan) does not keep the group off the one node with room for long. At 30 s a group in a
+// full pool waited half a minute beside free GPUs (TestContentionDRA's work-conserving check
+// saw it: "0/11 nodes its pods may use", one of 12 excluded).
+const exclusionTime = 10 * time.Second
 
 // blockedGroup is a group that could not be planned, in the order groups are owed capacity.
 type blockedGroup struct {
