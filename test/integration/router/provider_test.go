@@ -274,6 +274,7 @@ spec:
 `)
 	w.waitEndpoints("local", 1)
 	w.waitProvider("hosted")
+	w.waitRouteModel("assistant")
 	w.waitCondition(&networkingv1alpha1.ModelRoute{}, "assistant", routestatus.ConditionResolvedRefs, metav1.ConditionTrue,
 		routestatus.ReasonAllModelServersSeen, "every target (2) names an existing ModelServer or ExternalModelProvider")
 
@@ -369,6 +370,8 @@ spec:
 `)
 	w.waitEndpoints("engine", 1)
 	w.waitProvider("claude")
+	w.waitRouteModel("in-cluster")
+	w.waitRouteModel("claude-sim")
 
 	const prompt = `{"model":%q,"max_tokens":4,"system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":"Hello"}]}]%s}`
 	for _, tc := range []struct{ model, via string }{{"in-cluster", w.ns + "/engine-0"}, {"claude-sim", "ExternalModelProvider " + w.ns + "/claude"}} {
@@ -499,6 +502,9 @@ spec:
 	for _, p := range []string{"flaky", "flaky-unretried", "slow"} {
 		w.waitProvider(p)
 	}
+	for _, m := range []string{"retried", "unretried", "slow"} {
+		w.waitRouteModel(m)
+	}
 	const n = 40
 	for i := range n {
 		_, resp, err := chat(w.ctx, client_(0), "retried", fmt.Sprintf("r%d", i))
@@ -575,6 +581,7 @@ spec:
 	sec, err = kube.CoreV1().Secrets(w.ns).Update(w.ctx, sec, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	w.waitProvider("p")
+	w.waitRouteModel("p-model")
 	_, _, err = chat(w.ctx, client_(0), "p-model", "x")
 	assert.Equal(t, http.StatusUnauthorized, statusOf(err), "sk-1 is the wrong key: the provider's own 401 reaches the client")
 
@@ -595,6 +602,7 @@ spec:
 	}
 
 	w.waitProvider("strict")
+	w.waitRouteModel("strict-model")
 	_, _, err = chat(w.ctx, client_(0), "strict-model", "x")
 	assert.Equal(t, http.StatusBadGateway, statusOf(err), "%v", err)
 	assert.Contains(t, messageOf(err), "certificate")
