@@ -11,6 +11,8 @@ package hold
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -164,11 +166,7 @@ func (q *Queues) Waiting() int {
 func (q *Queues) Keys() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := make([]string, 0, len(q.queues))
-	for k := range q.queues {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(q.queues))
 }
 
 func (q *Queues) nextFunc(key string) func() {
