@@ -27,8 +27,11 @@ type recorder struct {
 	// Replicas: per configuration (router replicas, or round robin), every TTFT pooled.
 	repTTFT  map[string][]float64
 	repNames []string
-	// The CSVs, a row per sample.
-	overhead, rates, quality, replicas *figure.Table
+	// Tenants: per configuration, every TTFT (ms) of the quiet tenant.
+	tenTTFT  map[string][]float64
+	tenNames []string
+	// The CSVs, a row per sample (tenants: one per request, there are few).
+	overhead, rates, quality, replicas, tenants *figure.Table
 }
 
 func newRecorder() *recorder {
@@ -40,6 +43,24 @@ func newRecorder() *recorder {
 		rates:    figure.NewTable("run", "path", "closed_loop_max_requests_per_second"),
 		repTTFT:  map[string][]float64{},
 		replicas: figure.NewTable("run", "routers", "requests", "quantile", "ttft_simulated_ms"),
+		tenTTFT:  map[string][]float64{},
+		tenants:  figure.NewTable("configuration", "quiet_ttft_ms"),
+	}
+}
+
+// tenantsRun records every quiet-tenant TTFT (ms) of one tenants configuration.
+func (r *recorder) tenantsRun(name string, ttft []float64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.tenTTFT[name]; !ok {
+		r.tenNames = append(r.tenNames, name)
+	}
+	r.tenTTFT[name] = append(r.tenTTFT[name], ttft...)
+	for _, v := range ttft {
+		r.tenants.Add(name, v)
 	}
 }
 
@@ -129,7 +150,8 @@ func cdfPoints(vals []float64) [][2]float64 {
 // write writes what was recorded into dir: overhead-latency.svg (the CDF of each path's
 // open-loop latency, every run pooled) with overhead-latency.csv (each run's quantiles) and
 // overhead-max.csv, and quality-ttft.svg (the CDF of each router configuration's TTFT) with
-// quality-ttft.csv (each run's quantiles), and replicas-ttft.svg with replicas-ttft.csv.
+// quality-ttft.csv (each run's quantiles), replicas-ttft.svg with replicas-ttft.csv, and
+// tenants-ttft.svg with tenants-ttft.csv (every quiet request's TTFT).
 func (r *recorder) write(dir string) error {
 	if len(r.paths) > 0 {
 		var samples []figure.Sample
@@ -182,6 +204,23 @@ func (r *recorder) write(dir string) error {
 			return err
 		}
 		if err := r.replicas.WriteFile(filepath.Join(dir, "replicas-ttft.csv")); err != nil {
+			return err
+		}
+	}
+	if len(r.tenNames) > 0 {
+		var samples []figure.Sample
+		for _, n := range r.tenNames {
+			samples = append(samples, figure.Sample{Name: n, Values: r.tenTTFT[n]})
+		}
+		if err := figure.Save(filepath.Join(dir, "tenants-ttft.svg"), figure.CDF{
+			Title:   "The quiet tenant's time to first token, alone and beside a noisy tenant",
+			XLabel:  "TTFT, ms (log scale)",
+			LogX:    true,
+			Samples: samples,
+		}); err != nil {
+			return err
+		}
+		if err := r.tenants.WriteFile(filepath.Join(dir, "tenants-ttft.csv")); err != nil {
 			return err
 		}
 	}

@@ -47,7 +47,7 @@ func main() {
 	runs := flag.Int("runs", 1, "runs of each experiment; tables give medians")
 	seed := flag.Uint64("seed", 1, "seed of the quality workload")
 	out := flag.String("out", "", "also write the tables to this file")
-	figures := flag.String("figures", "", "write the figures (SVG) of the overhead and quality experiments and their numbers (CSV) into this directory")
+	figures := flag.String("figures", "", "write the figures (SVG) of the experiments run and their numbers (CSV) into this directory")
 	nginxBin := flag.String("nginx", "/usr/sbin/nginx", "nginx binary")
 
 	engines := flag.Int("engines", 4, "overhead: engines")
@@ -173,7 +173,7 @@ func main() {
 	}
 	if *doTenants {
 		t, err := runTenants(ctx, c, tenantsConfig{engines: *tEngines, concurrency: *tConc, noisyConc: *tNoisy, noisyTokens: *tNoisyTokens,
-			quietRequests: *tQuiet, quietTokens: *tQuietTokens, quietGap: *tGap, timeScale: *tScale, csv: *tCSV})
+			quietRequests: *tQuiet, quietTokens: *tQuietTokens, quietGap: *tGap, timeScale: *tScale, csv: *tCSV, rec: rec})
 		if err != nil {
 			c.stop()
 			must(err)

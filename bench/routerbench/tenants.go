@@ -40,6 +40,7 @@ type tenantsConfig struct {
 	quietGap               time.Duration
 	timeScale              float64
 	csv                    string
+	rec                    *recorder // nil: no figures
 }
 
 // tenantsOutcome is one configuration's result.
@@ -90,6 +91,7 @@ func runTenants(ctx context.Context, c *cluster, cfg tenantsConfig) (string, err
 		}
 		o.name = tc.name
 		outs = append(outs, o)
+		cfg.rec.tenantsRun(tc.name, o.ttft)
 	}
 	if cfg.csv != "" {
 		if err := writeTenantsCSV(cfg.csv, outs); err != nil {
