@@ -23,6 +23,11 @@
 //     the router (--auth=api-key, --queue-concurrency) keeps saturated, while a quiet tenant
 //     sends short requests: the quiet tenant's TTFT alone, beside the noisy one through the
 //     fair queue, in FIFO order, and through the fair queue with --queue-reserve. Given alone, it runs only this experiment.
+//   - -pd-topology: prefill/decode pairing by the fabric. Prefill and decode engines on
+//     nodes in NVLink domains under leaves, one PD group across them all, the simulated
+//     engines charging each KV handoff by the level it crosses (-pd-costs): TTFT through
+//     berth-router pairing topology-aware and blind (by load alone), same workload. Given
+//     alone, it runs only this experiment.
 //
 // Progress goes to stderr, the markdown tables to stdout (and -out).
 package main
@@ -86,6 +91,17 @@ func main() {
 	tGap := flag.Duration("tenants-quiet-gap", 50*time.Millisecond, "tenants: pause between the quiet tenant's requests")
 	tScale := flag.Float64("tenants-timescale", 1, "tenants: engine time scale (1: real time; a 12-token answer takes about 100 ms)")
 	tCSV := flag.String("tenants-csv", "/tmp/routerbench-tenants.csv", "tenants: the quiet tenant's TTFTs, one line per request (empty: none)")
+	doPD := flag.Bool("pd-topology", false, "run the topology-aware prefill/decode pairing experiment (alone, unless -overhead or -quality is given too)")
+	pdLeaves := flag.Int("pd-leaves", 2, "pd-topology: leaves")
+	pdDomains := flag.Int("pd-domains", 2, "pd-topology: NVLink domains per leaf")
+	pdNodes := flag.Int("pd-nodes", 2, "pd-topology: nodes per NVLink domain (one prefill and one decode engine each)")
+	pdRequests := flag.Int("pd-requests", 800, "pd-topology: requests per pairing policy")
+	pdPrompt := flag.Int("pd-prompt-tokens", 2000, "pd-topology: new prompt tokens per request")
+	pdMaxTokens := flag.Int("pd-max-tokens", 16, "pd-topology: tokens generated per request")
+	pdLoad := flag.Float64("pd-load", 0.6, "pd-topology: offered load, fraction of the prefill engines' capacity")
+	pdSeconds := flag.Float64("pd-seconds", 15, "pd-topology: real seconds of arrivals per policy (sets TimeScale)")
+	pdCosts := flag.String("pd-costs", "0.7ms,0.7ms,13ms,26ms", "pd-topology: simulated time of one KV handoff when prefill and decode share the node, the NVLink domain, the leaf, nothing (see bench/README.md)")
+	pdCSV := flag.String("pd-csv", "/tmp/routerbench-pdtopology.csv", "pd-topology: one line per request: pairing, level shared, TTFT (empty: none)")
 	replicas := flag.String("replicas", "", "replicas: comma-separated router replica counts to run the quality workload through (e.g. 1,2,4; needs redis-server on PATH); empty: not run")
 	flag.Parse()
 	var replicaCounts []int
@@ -99,8 +115,16 @@ func main() {
 		}
 		replicaCounts = append(replicaCounts, n)
 	}
-	if *doEPP || *doTenants || len(replicaCounts) > 0 {
-		// -epp, -tenants or -replicas alone runs that experiment only; the others run when asked for.
+	var costs []time.Duration
+	for _, f := range strings.Split(*pdCosts, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			must(fmt.Errorf("-pd-costs %q: want durations such as 0.7ms,0.7ms,13ms,26ms", *pdCosts))
+		}
+		costs = append(costs, d)
+	}
+	if *doEPP || *doTenants || *doPD || len(replicaCounts) > 0 {
+		// -epp, -tenants, -pd-topology or -replicas alone runs that experiment only; the others run when asked for.
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		*doOverhead = *doOverhead && set["overhead"]
@@ -174,6 +198,17 @@ func main() {
 	if *doTenants {
 		t, err := runTenants(ctx, c, tenantsConfig{engines: *tEngines, concurrency: *tConc, noisyConc: *tNoisy, noisyTokens: *tNoisyTokens,
 			quietRequests: *tQuiet, quietTokens: *tQuietTokens, quietGap: *tGap, timeScale: *tScale, csv: *tCSV, rec: rec})
+		if err != nil {
+			c.stop()
+			must(err)
+		}
+		tables = append(tables, t)
+		fmt.Println(t)
+	}
+	if *doPD {
+		t, err := runPDTopology(ctx, c, pdTopologyConfig{leaves: *pdLeaves, domainsPerLeaf: *pdDomains, nodesPerDomain: *pdNodes,
+			requests: *pdRequests, promptTokens: *pdPrompt, maxTokens: *pdMaxTokens, load: *pdLoad, realSeconds: *pdSeconds,
+			costs: costs, seed: *seed, csv: *pdCSV})
 		if err != nil {
 			c.stop()
 			must(err)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/router"
 	"github.com/berth-sh/berth/pkg/router/fairqueue"
 	"github.com/berth-sh/berth/pkg/router/pick"
@@ -90,6 +91,19 @@ func bindFlags(fs *flag.FlagSet) *flags {
 		return nil
 	})
 	fs.DurationVar(&o.HoldTimeout, "hold-timeout", o.HoldTimeout, "how long a request may be held for a model coming up from zero replicas (then 503 with Retry-After)")
+	fs.BoolFunc("pd-topology", "pair each prefill endpoint with the nearest decode endpoint that has room (the same node, then NVLink domain, leaf, ...), read from HyperNodes or --fabric-label-tiers; needs list/watch on Nodes (default true; =false pairs by load alone)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		o.DisablePDTopology = !on
+		return err
+	})
+	fs.Func("fabric-label-tiers", "name=label list of the node labels the fabric is read from where no HyperNode exists, lowest tier first, as berth-scheduler's nodeLabelTiers (default "+fabric.FormatLabelTiers(fabric.DefaultLabelTiers)+")", func(v string) error {
+		tiers, err := fabric.ParseLabelTiers(v)
+		if err == nil && len(tiers) == 0 {
+			err = fmt.Errorf("%q names no tier; to read no fabric, set --pd-topology=false", v)
+		}
+		o.FabricLabelTiers = tiers
+		return err
+	})
 	f.showVersion = version.Flag(fs)
 	f.zap.BindFlags(fs)
 	config.RegisterFlags(fs) // --kubeconfig, as controller-runtime registers it

@@ -573,6 +573,8 @@ func (r *Router) choose(server *view.Server, preq *pick.Request, tried map[strin
 			}
 		}
 		dc := r.picker.Candidates(group, stats, tried)
+		// The nearest decodes with room to take the KV (pdtopology.go); all without a fabric.
+		dc, _ = nearDecodes(server.Fabric, p, dc)
 		j := r.picker.Pick(&pick.Request{Model: preq.Model, Adapter: preq.Adapter}, dc)
 		if j < 0 {
 			excluded[p.Address] = true
@@ -582,6 +584,7 @@ func (r *Router) choose(server *view.Server, preq *pick.Request, tried map[strin
 		srv := server.Namespace + "/" + server.Name
 		r.metrics.picks.WithLabelValues(srv, p.Pod, string(p.Role)).Inc()
 		r.metrics.picks.WithLabelValues(srv, d.Pod, string(d.Role)).Inc()
+		r.metrics.pdPairs.WithLabelValues(srv, tierLabel(server.Fabric, p, d)).Inc()
 		endP, endD := r.picker.Begin(preq, p.Address), r.picker.Begin(&pick.Request{}, d.Address)
 		return target{
 				name:  p.Name() + "+" + d.Name(),

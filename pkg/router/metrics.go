@@ -14,6 +14,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	ttft        *prometheus.HistogramVec
 	picks       *prometheus.CounterVec
+	pdPairs     *prometheus.CounterVec
 	retries     *prometheus.CounterVec
 	tokens      *prometheus.CounterVec
 	rateLimited *prometheus.CounterVec
@@ -42,6 +43,10 @@ func newMetrics() *metrics {
 		Name: "berth_router_endpoint_picks_total",
 		Help: "Requests sent to each endpoint (ModelServer, pod and PD role).",
 	}, []string{"server", "pod", "role"})
+	m.pdPairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_router_pd_pairs_total",
+		Help: "Prefill/decode pairs chosen, by ModelServer and how far apart the two endpoints sit in the fabric: node (the same node), the lowest tier they share (nvlink, leaf, ...), far (none), or unknown (no fabric, or a node outside it).",
+	}, []string{"server", "tier"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_router_retries_total",
 		Help: "Attempts retried, by the target that failed (ModelServer or ExternalModelProvider, namespace/name) and reason (status code or transport).",
@@ -60,7 +65,7 @@ func newMetrics() *metrics {
 	})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_router_inflight_requests", Help: "Requests being served now."})
 	m.endpoints = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_router_endpoints", Help: "Ready endpoints across all ModelServers."})
-	m.registry.MustRegister(m.requests, m.duration, m.ttft, m.picks, m.retries, m.tokens, m.rateLimited, m.limiterErrs, m.inflight, m.endpoints,
+	m.registry.MustRegister(m.requests, m.duration, m.ttft, m.picks, m.pdPairs, m.retries, m.tokens, m.rateLimited, m.limiterErrs, m.inflight, m.endpoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/berth-sh/berth/pkg/apicheck"
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/router/certs"
 	"github.com/berth-sh/berth/pkg/router/fairqueue"
 	"github.com/berth-sh/berth/pkg/router/pick"
@@ -168,6 +169,14 @@ type Options struct {
 	HoldQueueSize int
 	HoldTimeout   time.Duration
 	DisableHold   bool
+	// DisablePDTopology pairs prefill and decode endpoints by load alone, blind to where
+	// they sit; the router then reads no Nodes or HyperNodes. By default a prefill hands
+	// its KV to the nearest decode with room (pdtopology.go).
+	DisablePDTopology bool
+	// FabricLabelTiers are the node labels the fabric is read from where no HyperNode
+	// exists, lowest tier first (nil: fabric.DefaultLabelTiers, berth-scheduler's shipped
+	// nodeLabelTiers).
+	FabricLabelTiers []fabric.LabelTier
 }
 
 // Defaults fills in zero fields.
@@ -302,6 +311,13 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 	v, err := view.New(cfg, providers, log.WithName("view"))
 	if err != nil {
 		return nil, err
+	}
+	if !o.DisablePDTopology {
+		tiers := o.FabricLabelTiers
+		if tiers == nil {
+			tiers = fabric.DefaultLabelTiers
+		}
+		v.EnableFabric(tiers, apicheck.Check(cfg, "berth-router", hyperNodeAPIs()) == nil)
 	}
 	picker, err := pick.New(o.Policy, o.Scorers, o.PrefixBlocks)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/plugins/pluginargs"
 )
 
@@ -21,7 +22,7 @@ type Args struct {
 
 	// NodeLabelTiers are the network tiers read from node labels when no HyperNode exists,
 	// lowest tier first: tier 1 is NodeLabelTiers[0]. Default: none (HyperNodes only).
-	NodeLabelTiers []LabelTier `json:"nodeLabelTiers,omitempty"`
+	NodeLabelTiers []fabric.LabelTier `json:"nodeLabelTiers,omitempty"`
 
 	// RetryOtherDomainSeconds is how long a domain in which a group's attempt failed (its
 	// gang was released) is tried only after every other domain. Default 60.
@@ -33,7 +34,7 @@ const defaultRetryOtherDomainSeconds = 60
 // DeepCopyObject makes Args a runtime.Object, as the scheduler's config decoding wants.
 func (a *Args) DeepCopyObject() runtime.Object {
 	out := *a
-	out.NodeLabelTiers = append([]LabelTier(nil), a.NodeLabelTiers...)
+	out.NodeLabelTiers = append([]fabric.LabelTier(nil), a.NodeLabelTiers...)
 	if a.RetryOtherDomainSeconds != nil {
 		v := *a.RetryOtherDomainSeconds
 		out.RetryOtherDomainSeconds = &v

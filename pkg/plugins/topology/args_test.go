@@ -6,6 +6,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/berth-sh/berth/pkg/fabric"
 )
 
 // Args with several mistakes at once, as the scheduler hands them over: every one is
@@ -45,5 +47,5 @@ func TestArgsOptionalTier(t *testing.T) {
 		{"name": "nvlink", "label": "nvidia.com/gpu.clique", "optional": true},
 		{"name": "leaf", "label": "network.berth.sh/leaf"}]}`)})
 	require.NoError(t, err)
-	assert.Equal(t, []LabelTier{{Name: "nvlink", Label: CliqueLabel, Optional: true}, {Name: "leaf", Label: "network.berth.sh/leaf"}}, args.NodeLabelTiers)
+	assert.Equal(t, []fabric.LabelTier{{Name: "nvlink", Label: fabric.CliqueLabel, Optional: true}, {Name: "leaf", Label: "network.berth.sh/leaf"}}, args.NodeLabelTiers)
 }

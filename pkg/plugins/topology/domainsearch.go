@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
@@ -37,7 +38,7 @@ type unitToPlace struct {
 
 // choice is everything chooseDomain needs.
 type choice struct {
-	fabric *Fabric
+	fabric *fabric.Fabric
 	group  constraint
 	units  []unitToPlace
 	placed []string // nodes that hold the group's placed pods
@@ -148,9 +149,9 @@ func chooseDomain(c *choice) (p *placement.Plan, msg, reason string) {
 
 // restrict is the part of domain d inside zone, or nil when they do not meet. Without a
 // zone it is the domain itself, sharing the fabric's node set (targets are never modified).
-func restrict(d *Domain, zone *placement.Target) *placement.Target {
+func restrict(d *fabric.Domain, zone *placement.Target) *placement.Target {
 	if zone == nil {
-		return &placement.Target{Name: d.Name, Tier: d.Tier, Nodes: d.set, List: d.Nodes}
+		return &placement.Target{Name: d.Name, Tier: d.Tier, Nodes: d.NodeSet(), List: d.Nodes}
 	}
 	var in []string
 	for _, n := range d.Nodes {
@@ -265,7 +266,7 @@ func (c *choice) deviceShortfall(tier int, zones []*placement.Target) string {
 		}
 	}
 	noun := c.fabric.TierName(tier)
-	if c.fabric.isNVLink(tier) {
+	if c.fabric.IsNVLink(tier) {
 		noun = "NVLink domain"
 	}
 	if label := c.fabric.TierLabel(tier); label != "" {

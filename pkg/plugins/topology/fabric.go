@@ -1,312 +1,15 @@
 package topology
 
 import (
-	"fmt"
 	"maps"
-	"regexp"
-	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	topologyv1alpha1 "volcano.sh/apis/pkg/apis/topology/v1alpha1"
+
+	"github.com/berth-sh/berth/pkg/fabric"
 )
-
-// Domain is one switch of the network: the nodes under it talk to each other without
-// crossing a higher tier.
-type Domain struct {
-	Tier  int    // 1 is the lowest (closest) tier
-	Name  string // HyperNode name, or the node label's value
-	Nodes []string
-	set   sets.Set[string] // Nodes, built once with the fabric
-}
-
-// Fabric is the network as tiers of domains. Every node sits in at most one domain per tier.
-type Fabric struct {
-	// Source says where the tiers come from: "HyperNodes" or "node labels".
-	Source string
-	// Tiers are the tier numbers that exist, lowest first.
-	Tiers []int
-	// TierNames maps a tier name (HyperNode tierName, or the label tier's name) to its number.
-	TierNames map[string]int
-	// TierKeys maps a label tier's node label key to its number: kube-scheduler's Workload
-	// API names a topology by that key.
-	TierKeys map[string]int
-	// Absent are the optional label tiers left out because no node carries their label, by
-	// name, with that label: a group that asks for one is told why it is missing.
-	Absent map[string]string
-	// Domains per tier number, sorted by name.
-	Domains map[int][]*Domain
-	// nodeDomains maps a node to its domain per tier number.
-	nodeDomains map[string]map[int]*Domain
-}
-
-// DomainOf returns the node's domain at tier, or nil.
-func (f *Fabric) DomainOf(node string, tier int) *Domain { return f.nodeDomains[node][tier] }
-
-// TierName returns a tier's name for messages ("leaf"), or "tier N".
-func (f *Fabric) TierName(tier int) string {
-	for name, t := range f.TierNames {
-		if t == tier {
-			return name
-		}
-	}
-	return fmt.Sprintf("tier %d", tier)
-}
-
-// Top is the highest tier, or 0 for an empty fabric.
-func (f *Fabric) Top() int {
-	if len(f.Tiers) == 0 {
-		return 0
-	}
-	return f.Tiers[len(f.Tiers)-1]
-}
-
-// TierLabel returns the node label a label tier is read from, or "" (HyperNode tiers).
-func (f *Fabric) TierLabel(tier int) string {
-	for key, t := range f.TierKeys {
-		if t == tier {
-			return key
-		}
-	}
-	return ""
-}
-
-// CliqueLabel is the label GPU feature discovery gives a node whose GPUs share an NVLink
-// fabric (GB200/GB300 NVL72: 18 trays × 4 GPUs): "<clusterUUID>.<cliqueID>", the same value
-// on every node of one NVLink domain.
-const CliqueLabel = "nvidia.com/gpu.clique"
-
-// isNVLink says whether a tier is an NVLink domain, by its label or its name: messages
-// then speak of NVLink domains, which is what the user configured.
-func (f *Fabric) isNVLink(tier int) bool {
-	if f.TierLabel(tier) == CliqueLabel {
-		return true
-	}
-	name := f.TierName(tier)
-	return strings.EqualFold(name, "nvlink") || strings.EqualFold(name, "nvl")
-}
-
-// LabelTier is one network tier read from a node label.
-type LabelTier struct {
-	// Name is what highestTierName refers to, e.g. "leaf".
-	Name string `json:"name"`
-	// Label is the node label whose value names the node's domain at this tier.
-	Label string `json:"label"`
-	// Optional leaves the tier out, and the tiers above it keep their numbers, while no node
-	// carries the label: an NVLink tier (nvidia.com/gpu.clique) listed below the leaf then
-	// changes nothing on clusters without NVLink domains.
-	Optional bool `json:"optional,omitempty"`
-}
-
-// FabricFromLabels builds tiers from node labels: the first tier present is tier 1. Nodes
-// without a tier's label are outside every domain of that tier. An optional tier whose
-// label no node carries is not numbered at all.
-func FabricFromLabels(tiers []LabelTier, nodes []*corev1.Node) *Fabric {
-	f := newFabric("node labels")
-	tier := 0
-	for _, t := range tiers {
-		byValue := map[string]*Domain{}
-		var domains []*Domain
-		for _, n := range nodes {
-			v, ok := n.Labels[t.Label]
-			if !ok || v == "" {
-				continue
-			}
-			d := byValue[v]
-			if d == nil {
-				d = &Domain{Tier: tier + 1, Name: v}
-				byValue[v] = d
-				domains = append(domains, d)
-			}
-			d.Nodes = append(d.Nodes, n.Name)
-		}
-		if t.Optional && len(domains) == 0 {
-			f.Absent[t.Name] = t.Label
-			continue
-		}
-		tier++
-		f.Tiers = append(f.Tiers, tier)
-		f.TierNames[t.Name] = tier
-		f.TierKeys[t.Label] = tier
-		f.Domains[tier] = domains
-	}
-	f.index()
-	return f
-}
-
-// FabricFromHyperNodes builds tiers from Volcano HyperNodes. Members are nodes (by exact
-// name, name regex or labels) or other HyperNodes (by exact name or name regex), nested to
-// any depth; a HyperNode's nodes are the union of its members' nodes. A node listed in two
-// HyperNodes of one tier belongs to the first by name, and the conflict is reported.
-func FabricFromHyperNodes(hns []*topologyv1alpha1.HyperNode, nodes []*corev1.Node) (*Fabric, []error) {
-	f := newFabric("HyperNodes")
-	var problems []error
-	byName := make(map[string]*topologyv1alpha1.HyperNode, len(hns))
-	names := make([]string, 0, len(hns))
-	for _, hn := range hns {
-		byName[hn.Name] = hn
-		names = append(names, hn.Name)
-	}
-	sort.Strings(names)
-
-	resolved := map[string][]string{}
-	visiting := map[string]bool{}
-	var nodesOf func(name string) []string
-	nodesOf = func(name string) []string {
-		if ns, ok := resolved[name]; ok {
-			return ns
-		}
-		if visiting[name] {
-			problems = append(problems, fmt.Errorf("HyperNode %s is its own member", name))
-			return nil
-		}
-		visiting[name] = true
-		defer delete(visiting, name)
-		hn := byName[name]
-		set := map[string]bool{}
-		for i, m := range hn.Spec.Members {
-			switch m.Type {
-			case topologyv1alpha1.MemberTypeHyperNode:
-				for _, child := range matchNames(m.Selector, names, &problems, name, i) {
-					if child == name {
-						continue
-					}
-					for _, n := range nodesOf(child) {
-						set[n] = true
-					}
-				}
-			default: // Node
-				for _, n := range matchNodes(m.Selector, nodes, &problems, name, i) {
-					set[n] = true
-				}
-			}
-		}
-		out := make([]string, 0, len(set))
-		for n := range set {
-			out = append(out, n)
-		}
-		sort.Strings(out)
-		resolved[name] = out
-		return out
-	}
-
-	tiers := map[int]bool{}
-	for _, name := range names {
-		hn := byName[name]
-		tier := hn.Spec.Tier
-		if !tiers[tier] {
-			tiers[tier] = true
-			f.Tiers = append(f.Tiers, tier)
-		}
-		if hn.Spec.TierName != "" {
-			if _, ok := f.TierNames[hn.Spec.TierName]; !ok {
-				f.TierNames[hn.Spec.TierName] = tier
-			}
-		}
-		f.Domains[tier] = append(f.Domains[tier], &Domain{Tier: tier, Name: name, Nodes: nodesOf(name)})
-	}
-	sort.Ints(f.Tiers)
-	problems = append(problems, f.index()...)
-	return f, problems
-}
-
-func newFabric(source string) *Fabric {
-	return &Fabric{Source: source, TierNames: map[string]int{}, TierKeys: map[string]int{}, Absent: map[string]string{}, Domains: map[int][]*Domain{}, nodeDomains: map[string]map[int]*Domain{}}
-}
-
-// index fills nodeDomains; a node claimed twice in one tier keeps its first domain.
-func (f *Fabric) index() []error {
-	var problems []error
-	for _, tier := range f.Tiers {
-		sort.Slice(f.Domains[tier], func(i, j int) bool { return f.Domains[tier][i].Name < f.Domains[tier][j].Name })
-		for _, d := range f.Domains[tier] {
-			kept := d.Nodes[:0]
-			for _, n := range d.Nodes {
-				m := f.nodeDomains[n]
-				if m == nil {
-					m = map[int]*Domain{}
-					f.nodeDomains[n] = m
-				}
-				if other := m[tier]; other != nil {
-					problems = append(problems, fmt.Errorf("node %s is in two tier-%d HyperNodes, %s and %s; using %s", n, tier, other.Name, d.Name, other.Name))
-					continue
-				}
-				m[tier] = d
-				kept = append(kept, n)
-			}
-			d.Nodes = kept
-			sort.Strings(d.Nodes)
-			d.set = sets.New(d.Nodes...)
-		}
-	}
-	return problems
-}
-
-func matchNames(sel topologyv1alpha1.MemberSelector, names []string, problems *[]error, owner string, i int) []string {
-	switch {
-	case sel.ExactMatch != nil:
-		for _, n := range names {
-			if n == sel.ExactMatch.Name {
-				return []string{n}
-			}
-		}
-		return nil
-	case sel.RegexMatch != nil:
-		re, err := regexp.Compile(sel.RegexMatch.Pattern)
-		if err != nil {
-			*problems = append(*problems, fmt.Errorf("HyperNode %s members[%d].selector.regexMatch: %w", owner, i, err))
-			return nil
-		}
-		var out []string
-		for _, n := range names {
-			if re.MatchString(n) {
-				out = append(out, n)
-			}
-		}
-		return out
-	}
-	return nil
-}
-
-func matchNodes(sel topologyv1alpha1.MemberSelector, nodes []*corev1.Node, problems *[]error, owner string, i int) []string {
-	var out []string
-	switch {
-	case sel.ExactMatch != nil:
-		for _, n := range nodes {
-			if n.Name == sel.ExactMatch.Name {
-				out = append(out, n.Name)
-			}
-		}
-	case sel.RegexMatch != nil:
-		re, err := regexp.Compile(sel.RegexMatch.Pattern)
-		if err != nil {
-			*problems = append(*problems, fmt.Errorf("HyperNode %s members[%d].selector.regexMatch: %w", owner, i, err))
-			return nil
-		}
-		for _, n := range nodes {
-			if re.MatchString(n.Name) {
-				out = append(out, n.Name)
-			}
-		}
-	case sel.LabelMatch != nil:
-		s, err := metav1.LabelSelectorAsSelector(sel.LabelMatch)
-		if err != nil {
-			*problems = append(*problems, fmt.Errorf("HyperNode %s members[%d].selector.labelMatch: %w", owner, i, err))
-			return nil
-		}
-		for _, n := range nodes {
-			if s.Matches(labels.Set(n.Labels)) {
-				out = append(out, n.Name)
-			}
-		}
-	}
-	return out
-}
 
 // The plugin builds its fabric from the listers when first asked and again after a
 // HyperNode, or a node's labels, changed.
@@ -337,7 +40,7 @@ func (t *Topology) watchFabric(hyperNodes, nodes cache.SharedIndexInformer) erro
 }
 
 // currentFabric rebuilds the tiers after a HyperNode or node label change.
-func (t *Topology) currentFabric() (*Fabric, error) {
+func (t *Topology) currentFabric() (*fabric.Fabric, error) {
 	t.fabricMu.Lock()
 	defer t.fabricMu.Unlock()
 	if !t.fabricDirty && t.fabric != nil {
@@ -351,15 +54,11 @@ func (t *Topology) currentFabric() (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(hns) > 0 {
-		f, problems := FabricFromHyperNodes(hns, nodes)
-		for _, p := range problems {
-			klog.Background().Info("HyperNode topology problem", "plugin", Name, "err", p)
-		}
-		t.fabric = f
-	} else {
-		t.fabric = FabricFromLabels(t.args.NodeLabelTiers, nodes)
+	f, problems := fabric.Build(hns, nodes, t.args.NodeLabelTiers)
+	for _, p := range problems {
+		klog.Background().Info("HyperNode topology problem", "plugin", Name, "err", p)
 	}
+	t.fabric = f
 	t.fabricDirty = false
 	return t.fabric, nil
 }

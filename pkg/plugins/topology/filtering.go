@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
@@ -17,7 +18,7 @@ const stateKey fwk.StateKey = "PreFilter" + Name
 
 // cycleState carries the pod's target from PreFilter to Score.
 type cycleState struct {
-	fabric *Fabric
+	fabric *fabric.Fabric
 	target *placement.Target // the pod's subgroup's domain, else its group's
 	domain *placement.Target // the group's domain; nil: anywhere
 	anchor string            // a node of the target, to find the target's domains at higher tiers

@@ -8,25 +8,26 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
 // nvlinkTiers is the shipped order: an optional NVLink tier below the leaf.
-var nvlinkTiers = append([]LabelTier{{Name: "nvlink", Label: CliqueLabel, Optional: true}}, labelTiers...)
+var nvlinkTiers = append([]fabric.LabelTier{{Name: "nvlink", Label: fabric.CliqueLabel, Optional: true}}, labelTiers...)
 
 // cliqueNodes are testNodes with every leaf's two nodes in one NVLink domain, labelled as
 // GPU feature discovery labels them (<clusterUUID>.<cliqueID>).
 func cliqueNodes() []*corev1.Node {
 	nodes := testNodes()
 	for _, n := range nodes {
-		n.Labels[CliqueLabel] = "0f3c6e2a-8d1b-4c55-9a7e-2b1d4e6f8a90." + n.Labels["leaf"]
+		n.Labels[fabric.CliqueLabel] = "0f3c6e2a-8d1b-4c55-9a7e-2b1d4e6f8a90." + n.Labels["leaf"]
 	}
 	return nodes
 }
 
 func TestAnOptionalNVLinkTierKeepsTheNumberingOfClustersWithoutIt(t *testing.T) {
-	f := FabricFromLabels(nvlinkTiers, testNodes())
+	f := fabric.FromLabels(nvlinkTiers, testNodes())
 	assert.Equal(t, []int{1, 2}, f.Tiers, "no node has a clique label: leaf is still tier 1")
 	assert.Equal(t, 1, f.TierNames["leaf"])
 	assert.Equal(t, 2, f.TierNames["spine"])
@@ -35,10 +36,10 @@ func TestAnOptionalNVLinkTierKeepsTheNumberingOfClustersWithoutIt(t *testing.T) 
 	require.Error(t, err)
 	assert.Equal(t, `PodGroup spec.networkTopology.highestTierName "nvlink" is not a tier of the network: no node carries its label nvidia.com/gpu.clique (node labels: 1=leaf, 2=spine)`, err.Error())
 
-	f = FabricFromLabels(nvlinkTiers, cliqueNodes())
+	f = fabric.FromLabels(nvlinkTiers, cliqueNodes())
 	assert.Equal(t, []int{1, 2, 3}, f.Tiers, "with clique labels the NVLink domain is the lowest tier")
 	assert.Equal(t, 1, f.TierNames["nvlink"])
-	assert.Equal(t, 1, f.TierKeys[CliqueLabel], "the Workload API names it by its label")
+	assert.Equal(t, 1, f.TierKeys[fabric.CliqueLabel], "the Workload API names it by its label")
 	assert.Equal(t, 2, f.TierNames["leaf"])
 	assert.Equal(t, "0f3c6e2a-8d1b-4c55-9a7e-2b1d4e6f8a90.l01", f.DomainOf("n-011", 1).Name)
 	c, err := resolve(nt, f, "PodGroup spec.networkTopology")
@@ -46,7 +47,7 @@ func TestAnOptionalNVLinkTierKeepsTheNumberingOfClustersWithoutIt(t *testing.T) 
 	assert.Equal(t, constraint{hard: true, limit: 1}, *c)
 
 	// A tier that is not optional keeps its number even when empty, as before.
-	f = FabricFromLabels([]LabelTier{{Name: "nvlink", Label: CliqueLabel}, {Name: "leaf", Label: "leaf"}}, testNodes())
+	f = fabric.FromLabels([]fabric.LabelTier{{Name: "nvlink", Label: fabric.CliqueLabel}, {Name: "leaf", Label: "leaf"}}, testNodes())
 	assert.Equal(t, 2, f.TierNames["leaf"])
 }
 
@@ -63,7 +64,7 @@ func place(used map[string]int64, p *placement.Plan, gpus int64) {
 // a whole domain; spreading the small groups over the domains leaves no whole domain, and
 // the large group is refused with the numbers that say why.
 func TestSmallGroupsPackIntoUsedNVLinkDomains(t *testing.T) {
-	f := FabricFromLabels(nvlinkTiers, cliqueNodes())
+	f := fabric.FromLabels(nvlinkTiers, cliqueNodes())
 	nvlink := constraint{hard: true, limit: 1}
 	used := map[string]int64{}
 	domainsUsed := map[string]bool{}
@@ -96,7 +97,7 @@ func TestSmallGroupsPackIntoUsedNVLinkDomains(t *testing.T) {
 // TestARoleInAnNVLinkDomainWhileTheGroupSpansASpine: Kthena's per-role topology asks for the
 // NVLink tier for each role replica (its tensor-parallel pods) and the spine for the group.
 func TestARoleInAnNVLinkDomainWhileTheGroupSpansASpine(t *testing.T) {
-	f := FabricFromLabels(nvlinkTiers, cliqueNodes())
+	f := fabric.FromLabels(nvlinkTiers, cliqueNodes())
 	inNVLink := &constraint{hard: true, limit: 1}
 	spine := constraint{hard: true, limit: f.TierNames["spine"]}
 	// Every domain has 12 GPUs free: each 2×4-GPU replica fits in one, not both in one.
@@ -123,7 +124,7 @@ func TestARoleInAnNVLinkDomainWhileTheGroupSpansASpine(t *testing.T) {
 // two racks; a refusal speaks of NVLink domains from the tier name alone.
 func TestNVLinkHyperNodeTier(t *testing.T) {
 	nvl := sim.NVL72(1, 2)
-	f, problems := FabricFromHyperNodes(nvl.HyperNodes(), nvl.Nodes())
+	f, problems := fabric.FromHyperNodes(nvl.HyperNodes(), nvl.Nodes())
 	require.Empty(t, problems)
 	assert.Equal(t, []int{1, 2, 3}, f.Tiers)
 	nt := &volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: "nvlink"}

@@ -33,6 +33,7 @@ import (
 	topologylisters "volcano.sh/apis/pkg/client/listers/topology/v1alpha1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 	"github.com/berth-sh/berth/pkg/plugins/podgroups"
 )
@@ -60,7 +61,7 @@ type Topology struct {
 
 	// The network's tiers, rebuilt when a HyperNode or a node's labels change (fabric.go).
 	fabricMu    sync.Mutex
-	fabric      *Fabric
+	fabric      *fabric.Fabric
 	fabricDirty bool
 
 	mu     sync.Mutex

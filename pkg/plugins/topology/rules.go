@@ -9,6 +9,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/fabric"
 )
 
 // This file resolves what a group asks for: its PodGroup's network topology (and each
@@ -25,7 +26,7 @@ type groupRule struct {
 func (r *groupRule) empty() bool { return r.group == nil && len(r.subs) == 0 && len(r.spread) == 0 }
 
 // resolve turns a NetworkTopologySpec into a constraint on the fabric's tiers.
-func resolve(nt *volcanov1beta1.NetworkTopologySpec, f *Fabric, field string) (*constraint, error) {
+func resolve(nt *volcanov1beta1.NetworkTopologySpec, f *fabric.Fabric, field string) (*constraint, error) {
 	if nt == nil {
 		return nil, nil
 	}
@@ -58,7 +59,7 @@ func resolve(nt *volcanov1beta1.NetworkTopologySpec, f *Fabric, field string) (*
 
 // absentTier finds an optional label tier left out for want of labelled nodes, by its name
 // or its label, and returns its label.
-func absentTier(f *Fabric, name string) (string, bool) {
+func absentTier(f *fabric.Fabric, name string) (string, bool) {
 	if label, ok := f.Absent[name]; ok {
 		return label, true
 	}
@@ -70,7 +71,7 @@ func absentTier(f *Fabric, name string) (string, bool) {
 	return "", false
 }
 
-func describeTiers(f *Fabric) string {
+func describeTiers(f *fabric.Fabric) string {
 	if len(f.Tiers) == 0 {
 		return "no tiers known"
 	}
@@ -85,7 +86,7 @@ func describeTiers(f *Fabric) string {
 }
 
 // rules reads the group's constraints from its PodGroup and ModelServing.
-func (t *Topology) rules(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, f *Fabric) (*groupRule, error) {
+func (t *Topology) rules(pod *corev1.Pod, pg *volcanov1beta1.PodGroup, f *fabric.Fabric) (*groupRule, error) {
 	r := &groupRule{subs: map[int]*constraint{}}
 	var err error
 	if r.group, err = resolve(pg.Spec.NetworkTopology, f, "PodGroup spec.networkTopology"); err != nil {

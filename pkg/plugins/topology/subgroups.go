@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
@@ -119,7 +120,7 @@ type subgroupChoice struct {
 }
 
 // subgroupChoices lists where the plan puts each subgroup with a topology of its own.
-func subgroupChoices(f *Fabric, units []unitToPlace, p *placement.Plan) []subgroupChoice {
+func subgroupChoices(f *fabric.Fabric, units []unitToPlace, p *placement.Plan) []subgroupChoice {
 	var out []subgroupChoice
 	for i := range units {
 		u := &units[i]

@@ -14,6 +14,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
@@ -48,7 +49,7 @@ func nodesOf(p *placement.Plan, u unitToPlace) []string {
 }
 
 func TestEveryReplicaGetsALeafOfItsOwnInsideTheGroupsSpine(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	// decode-0 is two 8-GPU pods, prefill-0 two 4-GPU pods: 24 GPUs, more than a leaf
 	// has, so the group takes a spine and each replica a leaf in it. n-000 has 4 GPUs used:
 	// spine s0 holds the group tightest (decode-0 in l01, prefill-0 beside the used GPUs in
@@ -71,7 +72,7 @@ func TestEveryReplicaGetsALeafOfItsOwnInsideTheGroupsSpine(t *testing.T) {
 }
 
 func TestAHardReplicaThatNoLeafHoldsIsRefusedWithItsName(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	// Each spine has 24 free GPUs, two whole nodes, but no leaf with two whole nodes.
 	us := []unitToPlace{replica("decode-0", 2, 8, hardLeaf)}
 	p, msg, reason := chooseDomain(&choice{fabric: f, group: hardSpine, units: us, pool: pool(halfUsedLeaves)})
@@ -87,7 +88,7 @@ func TestAHardReplicaThatNoLeafHoldsIsRefusedWithItsName(t *testing.T) {
 }
 
 func TestASoftReplicaSpreadsOnlyWhenNoLeafHoldsIt(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	us := []unitToPlace{replica("decode-0", 2, 8, softLeaf), replica("prefill-0", 1, 4, softLeaf)}
 	p, msg, _ := chooseDomain(&choice{fabric: f, group: hardSpine, units: us, pool: pool(halfUsedLeaves)})
 	require.Empty(t, msg)
@@ -111,7 +112,7 @@ func TestASoftReplicaSpreadsOnlyWhenNoLeafHoldsIt(t *testing.T) {
 }
 
 func TestReplicasKeepTheirLeavesWhenTheGroupFitsNoDomain(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	// Three replicas of two whole nodes: six nodes, more than a spine has. A group without
 	// a policy of its own (or a soft one) goes anywhere, each replica still in one leaf.
 	for _, group := range []constraint{{}, {hard: false, limit: 2}} {
@@ -141,7 +142,7 @@ func TestReplicasKeepTheirLeavesWhenTheGroupFitsNoDomain(t *testing.T) {
 }
 
 func TestANewReplicaOfAPlacedGroupKeepsToItsPlacedPods(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	// decode-0 has one pod on n-011 (leaf l01); its second pod joins it there. decode-1 is
 	// new: it takes a leaf of its own in the group's spine s0, where the placed pods are.
 	us := []unitToPlace{replica("decode-0", 1, 8, hardLeaf, "n-011"), replica("decode-1", 2, 8, hardLeaf)}

@@ -17,6 +17,7 @@ import (
 	topologyv1alpha1 "volcano.sh/apis/pkg/apis/topology/v1alpha1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 )
 
@@ -36,10 +37,10 @@ func testNodes() []*corev1.Node {
 	return out
 }
 
-var labelTiers = []LabelTier{{Name: "leaf", Label: "leaf"}, {Name: "spine", Label: "spine"}}
+var labelTiers = []fabric.LabelTier{{Name: "leaf", Label: "leaf"}, {Name: "spine", Label: "spine"}}
 
 func TestFabricFromLabels(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	assert.Equal(t, []int{1, 2}, f.Tiers)
 	assert.Equal(t, 2, f.TierNames["spine"])
 	assert.Equal(t, "l01", f.DomainOf("n-010", 1).Name)
@@ -67,7 +68,7 @@ func TestFabricFromHyperNodesResolvesEverySelectorAndNesting(t *testing.T) {
 		hn("dc", 3, child(topologyv1alpha1.MemberSelector{ExactMatch: &topologyv1alpha1.ExactMatch{Name: "spine-x"}}),
 			child(topologyv1alpha1.MemberSelector{ExactMatch: &topologyv1alpha1.ExactMatch{Name: "spine-y"}})),
 	}
-	f, problems := FabricFromHyperNodes(hns, nodes)
+	f, problems := fabric.FromHyperNodes(hns, nodes)
 	assert.Empty(t, problems)
 	assert.Equal(t, []int{1, 2, 3}, f.Tiers)
 	assert.Equal(t, "leaf-b", f.DomainOf("n-011", 1).Name)
@@ -77,7 +78,7 @@ func TestFabricFromHyperNodesResolvesEverySelectorAndNesting(t *testing.T) {
 
 	// A node claimed by two leaves stays in the first and the conflict is reported.
 	hns = append(hns, hn("leaf-dup", 1, node(topologyv1alpha1.MemberSelector{ExactMatch: &topologyv1alpha1.ExactMatch{Name: "n-000"}})))
-	f, problems = FabricFromHyperNodes(hns, nodes)
+	f, problems = fabric.FromHyperNodes(hns, nodes)
 	require.Len(t, problems, 1)
 	assert.Contains(t, problems[0].Error(), "node n-000 is in two tier-1 HyperNodes")
 	assert.Equal(t, "leaf-a", f.DomainOf("n-000", 1).Name)
@@ -116,7 +117,7 @@ func units(name string, pods int, gpus int64) []unitToPlace {
 }
 
 func TestChooseDomainPicksLowestTierThenTightestFit(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	// l00 has 4 free GPUs left on one node, l01..l11 are empty: a 4-GPU pod goes to l00
 	// (tightest), a group of two 8-GPU pods to an empty leaf, three 8-GPU pods to a spine.
 	used := map[string]int64{"n-000": 8, "n-001": 4}
@@ -139,7 +140,7 @@ func TestChooseDomainPicksLowestTierThenTightestFit(t *testing.T) {
 }
 
 func TestChooseDomainKeepsPlacedPodsAndAvoidsFailedDomains(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	p, _, _ := chooseDomain(&choice{fabric: f, group: constraint{hard: true, limit: 2}, units: units("a", 1, 8), placed: []string{"n-110"}, pool: pool(nil)})
 	assert.Equal(t, "l11", p.Domain.Name, "the rest of a group joins its placed pods")
 
@@ -150,7 +151,7 @@ func TestChooseDomainKeepsPlacedPodsAndAvoidsFailedDomains(t *testing.T) {
 }
 
 func TestSubgroupsGetTheirOwnDomainInsideTheGroup(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	// Two subgroups of two 8-GPU pods, each confined to a leaf, the group to a spine.
 	var us []unitToPlace
 	for sg := 0; sg < 2; sg++ {
@@ -196,12 +197,12 @@ func TestSpreadCountsGroupsNotPods(t *testing.T) {
 }
 
 func TestResolveTiers(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	c, err := resolve(&volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: "spine"}, f, "spec.networkTopology")
 	require.NoError(t, err)
 	assert.Equal(t, &constraint{hard: true, limit: 2}, c)
 	// kube-scheduler's Workload API names the tier by its node label key.
-	keyed := FabricFromLabels([]LabelTier{{Name: "leaf", Label: "net.example/leaf"}, {Name: "spine", Label: "net.example/spine"}}, testNodes())
+	keyed := fabric.FromLabels([]fabric.LabelTier{{Name: "leaf", Label: "net.example/leaf"}, {Name: "spine", Label: "net.example/spine"}}, testNodes())
 	c, err = resolve(&volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: "net.example/spine"}, keyed, "spec.networkTopology")
 	require.NoError(t, err)
 	assert.Equal(t, &constraint{hard: true, limit: 2}, c)
@@ -209,12 +210,12 @@ func TestResolveTiers(t *testing.T) {
 	_, err = resolve(&volcanov1beta1.NetworkTopologySpec{Mode: volcanov1beta1.HardNetworkTopologyMode, HighestTierName: "rack"}, f, "spec.networkTopology")
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), `highestTierName "rack" is not a tier`), err.Error())
-	_, err = resolve(&volcanov1beta1.NetworkTopologySpec{HighestTierAllowed: ptr.To(1)}, FabricFromLabels(nil, testNodes()), "spec.networkTopology")
+	_, err = resolve(&volcanov1beta1.NetworkTopologySpec{HighestTierAllowed: ptr.To(1)}, fabric.FromLabels(nil, testNodes()), "spec.networkTopology")
 	assert.ErrorContains(t, err, "no network tiers are known")
 }
 
 func TestArgsValidation(t *testing.T) {
-	_, err := decodeArgs(&Args{NodeLabelTiers: []LabelTier{{Name: "leaf", Label: "bad label!"}}})
+	_, err := decodeArgs(&Args{NodeLabelTiers: []fabric.LabelTier{{Name: "leaf", Label: "bad label!"}}})
 	assert.ErrorContains(t, err, "nodeLabelTiers[0].label")
 	_, err = decodeArgs(&Args{RetryOtherDomainSeconds: ptr.To[int64](-1)})
 	assert.ErrorContains(t, err, "retryOtherDomainSeconds")
@@ -226,7 +227,7 @@ func TestArgsValidation(t *testing.T) {
 var _ = resource.MustParse
 
 func TestChooseDomainPrefersTheCheaperClass(t *testing.T) {
-	f := FabricFromLabels(labelTiers, testNodes())
+	f := fabric.FromLabels(labelTiers, testNodes())
 	// Spine s0 is the expensive class: a group that fits in a leaf of either goes to s1.
 	pl := costedPool(nil, func(n string) int64 {
 		if strings.HasPrefix(n, "n-0") {

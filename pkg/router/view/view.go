@@ -32,9 +32,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
+	topologyv1alpha1 "volcano.sh/apis/pkg/apis/topology/v1alpha1"
 
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/router/credentials"
 	"github.com/berth-sh/berth/pkg/router/gateway"
 	"github.com/berth-sh/berth/pkg/router/match"
@@ -64,6 +66,8 @@ type Endpoint struct {
 	// Group is the pod's value of pdGroup.groupKey: prefill and decode endpoints pair only
 	// within one group.
 	Group string
+	// Node is the node the pod runs on: where it sits in the fabric.
+	Node string
 }
 
 // URL is the endpoint's base URL.
@@ -116,6 +120,9 @@ type Server struct {
 	// modelserving.volcano.sh/name label), nil when it names none, that ModelServing does not
 	// exist, or the view does not read ModelServings (EnableWorkloads).
 	Workload *Workload
+	// Fabric is the network the endpoints' nodes sit in (nil unless the view reads it,
+	// EnableFabric): a prefill endpoint hands its KV to a decode endpoint near it.
+	Fabric *fabric.Fabric
 }
 
 // Workload is what the router knows of a ModelServing to bring it up from zero.
@@ -227,6 +234,8 @@ type View struct {
 	// workloads is set by EnableWorkloads: the view then reads ModelServings (their replicas
 	// and demand annotation only) for scale from zero.
 	workloads bool
+	// fabric is set by EnableFabric (fabric.go).
+	fabric *fabricSource
 }
 
 // EnableWorkloads makes the view read ModelServings, so a Server knows its Workload. Call
@@ -251,6 +260,9 @@ func Scheme() *runtime.Scheme {
 	if err := infv1.Install(s); err != nil {
 		panic(err)
 	}
+	if err := topologyv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
 	return s
 }
 
@@ -264,7 +276,9 @@ func New(cfg *rest.Config, providers bool, log logr.Logger) (*View, error) {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		// Of a ModelServing (two pod templates per role) the router needs its name,
 		// annotations and replicas only: keep no more in memory.
-		ByObject: map[client.Object]cache.ByObject{&workloadv1alpha1.ModelServing{}: {Transform: slimModelServing}},
+		ByObject: map[client.Object]cache.ByObject{&workloadv1alpha1.ModelServing{}: {Transform: slimModelServing},
+			// Of a Node, where it sits: its labels (fabric.go).
+			&corev1.Node{}: {Transform: slimNode}},
 	})
 	if err != nil {
 		return nil, err
@@ -326,6 +340,11 @@ func (v *View) Run(ctx context.Context) error {
 			return err
 		}
 		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+	}
+	if v.fabric != nil {
+		if err := v.watchFabric(ctx); err != nil {
 			return err
 		}
 	}
@@ -449,6 +468,14 @@ func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ er
 			return nil, false, err
 		}
 	}
+	var fab *fabric.Fabric
+	if v.fabric != nil {
+		f, err := v.currentFabric(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		fab = f
+	}
 	for i := range servers.Items {
 		ms := &servers.Items[i]
 		pods, err := podsIn(ms.Namespace)
@@ -456,6 +483,7 @@ func (v *View) build(ctx context.Context) (_ *Snapshot, routesChanged bool, _ er
 			return nil, false, err
 		}
 		s := Resolve(ms, pods)
+		s.Fabric = fab
 		if v.workloads {
 			if s.Workload, err = v.workloadOf(ctx, ms); err != nil {
 				return nil, false, err
@@ -511,7 +539,7 @@ func Resolve(ms *networkingv1alpha1.ModelServer, pods []*corev1.Pod) *Server {
 		if !base.Matches(labels.Set(p.Labels)) || !servable(p) {
 			continue
 		}
-		e := &Endpoint{Namespace: p.Namespace, Pod: p.Name, Scheme: scheme}
+		e := &Endpoint{Namespace: p.Namespace, Pod: p.Name, Scheme: scheme, Node: p.Spec.NodeName}
 		e.Address = net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(portOf(p, port))))
 		if pd == nil {
 			s.Endpoints = append(s.Endpoints, e)

@@ -360,7 +360,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *seq, chat boo
 // It reports false if the client went away while waiting.
 func (s *Server) findRemoteKV(ctx context.Context, q *seq, req *completionRequest, reqHeader string) bool {
 	covered, decideSide := 0, false
-	cover := func(e *kvEntry) int { return e.covers(q.promptTokens, q.hashes, q.whole, s.cfg.BlockSize) }
+	cover := func(e *kvEntry) int {
+		n := e.covers(q.promptTokens, q.hashes, q.whole, s.cfg.BlockSize)
+		if n > 0 {
+			q.handoff = s.cfg.handoffCost(e.location)
+		}
+		return n
+	}
 
 	switch p := req.KVTransferParams; {
 	case p != nil && p.DoRemotePrefill:

@@ -51,6 +51,17 @@ type Config struct {
 	DecodeBase         time.Duration // simulated time of one decode step (default 8ms)
 	DecodePerSeq       time.Duration // added per sequence in a decode step (default 150µs)
 	KVTransferPerToken time.Duration // simulated time to receive remote KV per prompt token (default 2µs)
+	// Location is where the engine sits in the fabric, nearest first: its node, then its
+	// domain at each tier up (NVLink domain, leaf, spine). A prefill engine's KV carries its
+	// Location; a decode engine receiving it pays KVTransferByTier[i] more, once, where i is
+	// the first level the two share (0: the same node), or the last entry when they share
+	// none. Empty, or no KVTransferByTier: no cost by distance.
+	Location []string
+	// KVTransferByTier is the simulated time one KV handoff takes on top of
+	// KVTransferPerToken, by the level of Location the prefill and decode engines share:
+	// [0] the same node, [1] the next level (an NVLink domain), …, the last for farther
+	// (beyond the spine). Set alike on every engine of a setup.
+	KVTransferByTier []time.Duration
 
 	DefaultMaxTokens int // used when the request sets no max_tokens (default 16)
 	MaxModelLen      int // prompt+max_tokens limit (default 32768); over it → 400 as vLLM does
@@ -135,4 +146,21 @@ func (cfg *Config) real(d time.Duration) time.Duration {
 // sim converts a real duration back to simulated time.
 func (cfg *Config) sim(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / cfg.TimeScale)
+}
+
+// handoffCost is the extra time a KV handoff from an engine at from takes to reach this one
+// (Location, KVTransferByTier): by the first level both share, else the farthest entry.
+func (cfg Config) handoffCost(from []string) time.Duration {
+	costs := cfg.KVTransferByTier
+	if len(costs) == 0 || len(cfg.Location) == 0 || len(from) == 0 {
+		return 0
+	}
+	level := len(costs) - 1
+	for i, here := range cfg.Location {
+		if i < len(from) && here != "" && from[i] == here {
+			level = min(i, len(costs)-1)
+			break
+		}
+	}
+	return costs[level]
 }

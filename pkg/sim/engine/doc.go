@@ -53,7 +53,9 @@
 // KVHub shared through Config.Hub; a decode-role engine that finds it there pays
 // KVTransferPerToken per transferred token (off the batch: the sequence holds its slot
 // and KV until the transfer lands) instead of prefilling, and counts
-// KVTransfersReceived, or prefills locally and counts KVTransferMisses. The KV is found,
+// KVTransfersReceived, or prefills locally and counts KVTransferMisses. Engines that know
+// their place in the fabric (Config.Location) charge a handoff Config.KVTransferByTier more
+// by the closest level the two engines share (the same node, NVLink domain, leaf, farther). The KV is found,
 // depending on what the request carries, by:
 //
 //   - nixl: kv_transfer_params {do_remote_decode:true} on the prefill request makes the

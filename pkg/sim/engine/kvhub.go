@@ -37,6 +37,7 @@ type kvEntry struct {
 	tokens   int      // prompt tokens whose KV is held
 	blocks   []uint64 // chained hashes of the full blocks
 	whole    uint64   // hash of the exact prompt
+	location []string // the prefill engine's Config.Location
 }
 
 // covers returns how many of a prompt's tokens this KV can supply: all of them for the

@@ -171,3 +171,39 @@ func TestPDMooncakeTimeout(t *testing.T) {
 		t.Errorf("stats %+v, want one miss", st)
 	}
 }
+
+// A KV handoff costs by how far apart the prefill and decode engines sit (Location,
+// KVTransferByTier): a decode in the prefill's NVLink domain starts sooner than one across
+// the spine, and the cost shows in the decode's time to first token.
+func TestPDHandoffCostByTier(t *testing.T) {
+	hub := NewKVHub()
+	costs := []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 50 * time.Millisecond}
+	_, pURL := startEngine(t, Config{Model: "m", ID: "ns/prefill", Role: RolePrefill, Hub: hub,
+		Location: []string{"n1", "c1", "l1"}, KVTransferByTier: costs})
+	ttft := map[string]float64{}
+	for name, loc := range map[string][]string{"nvlink": {"n2", "c1", "l1"}, "far": {"n9", "c9", "l9"}} {
+		d, dURL := startEngine(t, Config{Model: "m", ID: "ns/decode-" + name, Role: RoleDecode, Hub: hub,
+			Location: loc, KVTransferByTier: costs})
+		hdr := map[string]string{"X-Request-Id": "req-" + name}
+		if resp, b := post(t, pURL+"/v1/chat/completions", chatBody("m", pdPrompt, 1), hdr); resp.StatusCode != 200 {
+			t.Fatalf("prefill: %d %s", resp.StatusCode, b)
+		}
+		if resp, b := post(t, dURL+"/v1/chat/completions", chatBody("m", pdPrompt, 4), hdr); resp.StatusCode != 200 {
+			t.Fatalf("decode: %d %s", resp.StatusCode, b)
+		}
+		expectTransfer(t, d)
+		ttft[name], _ = histogram(t, scrape(t, dURL), "vllm:time_to_first_token_seconds")
+	}
+	if diff := ttft["far"] - ttft["nvlink"]; diff < 0.045 || diff > 0.06 {
+		t.Errorf("TTFT in the NVLink domain %.4fs, across the spine %.4fs: want the far one ~49ms (simulated) later", ttft["nvlink"], ttft["far"])
+	}
+	c := Config{Location: []string{"n1", "c1", "l1"}, KVTransferByTier: costs}
+	for from, want := range map[string]time.Duration{"n1/c1/l1": 0, "n2/c1/l1": time.Millisecond, "n2/c2/l1": 5 * time.Millisecond, "n2/c2/l2": 50 * time.Millisecond} {
+		if got := c.handoffCost(strings.Split(from, "/")); got != want {
+			t.Errorf("handoff from %s: %s, want %s", from, got, want)
+		}
+	}
+	if got := (Config{}).handoffCost([]string{"n1"}); got != 0 {
+		t.Errorf("no costs configured: %s", got)
+	}
+}

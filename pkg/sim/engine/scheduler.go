@@ -41,6 +41,7 @@ type seq struct {
 	whole        uint64        // hash of the whole prompt
 	kvBlocks     int           // KV blocks held while running
 	remoteTokens int           // prompt tokens whose KV arrives by transfer (decode side)
+	handoff      time.Duration // simulated time the transfer takes by distance (Config.KVTransferByTier)
 	extraQueue   time.Duration // simulated time spent waiting before submit (bootstrap)
 	publish      publishSpec
 
@@ -244,7 +245,7 @@ func (s *Server) admitLocked(now time.Duration) {
 			s.metrics.prefixHits.Add(float64(hit))
 		}
 		q.computeTokens = q.promptTokens - max(hit, q.remoteTokens)
-		q.readyAt = now + s.cfg.KVTransferPerToken*time.Duration(q.remoteTokens)
+		q.readyAt = now + s.cfg.KVTransferPerToken*time.Duration(q.remoteTokens) + q.handoff
 		q.state = statePrefill
 		s.running = append(s.running, q)
 	}
@@ -327,7 +328,7 @@ func (s *Server) publishLocked(q *seq) {
 	if p == (publishSpec{}) {
 		return
 	}
-	e := &kvEntry{engineID: s.cfg.ID, tokens: q.promptTokens, blocks: q.hashes, whole: q.whole}
+	e := &kvEntry{engineID: s.cfg.ID, tokens: q.promptTokens, blocks: q.hashes, whole: q.whole, location: s.cfg.Location}
 	if p.nixl {
 		s.hub.publish(nixlKey(s.cfg.ID, q.id), e)
 	}
