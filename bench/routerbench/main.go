@@ -23,6 +23,10 @@
 //     the router (--auth=api-key, --queue-concurrency) keeps saturated, while a quiet tenant
 //     sends short requests: the quiet tenant's TTFT alone, beside the noisy one through the
 //     fair queue, in FIFO order, and through the fair queue with --queue-reserve. Given alone, it runs only this experiment.
+//   - -scaledown: the quality workload on engines standing for the groups of a ModelServing,
+//     one group removed halfway by berth-controller's rule, blind (the highest ordinal) and
+//     with the routers' deletion costs: TTFT in the simulated minute after. Given alone, it
+//     runs only this experiment.
 //
 // Progress goes to stderr, the markdown tables to stdout (and -out).
 package main
@@ -86,6 +90,9 @@ func main() {
 	tGap := flag.Duration("tenants-quiet-gap", 50*time.Millisecond, "tenants: pause between the quiet tenant's requests")
 	tScale := flag.Float64("tenants-timescale", 1, "tenants: engine time scale (1: real time; a 12-token answer takes about 100 ms)")
 	tCSV := flag.String("tenants-csv", "/tmp/routerbench-tenants.csv", "tenants: the quiet tenant's TTFTs, one line per request (empty: none)")
+	doScaledown := flag.Bool("scaledown", false, "run the scale-down experiment: the quality workload on -quality-engines groups of a ModelServing, one removed halfway by the highest ordinal and by the routers' deletion costs (alone, unless -overhead or -quality is given too)")
+	sdWindow := flag.Duration("scaledown-window", time.Minute, "scaledown: simulated time after the scale-down whose requests are measured")
+	sdCSV := flag.String("scaledown-csv", "/tmp/routerbench-scaledown.csv", "scaledown: the window's TTFTs, one line per request (empty: none)")
 	replicas := flag.String("replicas", "", "replicas: comma-separated router replica counts to run the quality workload through (e.g. 1,2,4; needs redis-server on PATH); empty: not run")
 	flag.Parse()
 	var replicaCounts []int
@@ -99,8 +106,8 @@ func main() {
 		}
 		replicaCounts = append(replicaCounts, n)
 	}
-	if *doEPP || *doTenants || len(replicaCounts) > 0 {
-		// -epp, -tenants or -replicas alone runs that experiment only; the others run when asked for.
+	if *doEPP || *doTenants || *doScaledown || len(replicaCounts) > 0 {
+		// -epp, -tenants, -scaledown or -replicas alone runs that experiment only; the others run when asked for.
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		*doOverhead = *doOverhead && set["overhead"]
@@ -174,6 +181,15 @@ func main() {
 	if *doTenants {
 		t, err := runTenants(ctx, c, tenantsConfig{engines: *tEngines, concurrency: *tConc, noisyConc: *tNoisy, noisyTokens: *tNoisyTokens,
 			quietRequests: *tQuiet, quietTokens: *tQuietTokens, quietGap: *tGap, timeScale: *tScale, csv: *tCSV})
+		if err != nil {
+			c.stop()
+			must(err)
+		}
+		tables = append(tables, t)
+		fmt.Println(t)
+	}
+	if *doScaledown {
+		t, err := runScaledown(ctx, c, scaledownConfig{quality: qcfg, window: *sdWindow, csv: *sdCSV})
 		if err != nil {
 			c.stop()
 			must(err)

@@ -217,3 +217,11 @@ func freeOrdinals(groups map[int]*servingGroup, n int) []int {
 	}
 	return out
 }
+
+// ScaleDownOrder is the order (ordinals, first removed first) in which the reconciler
+// removes the groups that pods make up when ms scales down, the same rule as its own:
+// bench/routerbench replays it against simulated engines without running the reconciler.
+func ScaleDownOrder(ms *workloadv1alpha1.ModelServing, pods []corev1.Pod) []int {
+	groups := observeGroups(ms, pods)
+	return scaleDownOrder(ms, groups, deletionCosts(groups))
+}
