@@ -50,13 +50,13 @@ type scaledownConfig struct {
 }
 
 type scaledownOutcome struct {
-	victim             string
-	costs              string // every group's summed cost at the decision
-	p50, p90, p99      float64
-	hitRate            float64 // engines' prefix-cache hits in the window
-	errs, inWindow     int
-	firstErr           error
-	ttft               []float64
+	victim         string
+	costs          string // every group's summed cost at the decision
+	p50, p90, p99  float64
+	hitRate        float64 // engines' prefix-cache hits from the scale-down to the end
+	errs, inWindow int
+	firstErr       error
+	ttft           []float64
 }
 
 // servingPods replaces the engine pods by one Ready pod per IP, each the only pod of group
@@ -114,7 +114,7 @@ func runScaledown(ctx context.Context, c *cluster, cfg scaledownConfig) (string,
 		"berth-router with its default scorers, publishing deletion costs; the scale-down at simulated %.0f s removes one group by berth-controller's rule, "+
 		"TTFT (simulated ms) of the requests due in the %.0f s after it. Prefix cache %d blocks per engine; TimeScale %.3f. One run, seed %d.\n\n",
 		q.prompts, q.systemTokens, q.users, q.requests, perSec, 100*q.load, q.engines, at.Seconds(), window.Seconds(), ecfg.PrefixCacheBlocks, ecfg.TimeScale, q.seed)
-	b.WriteString("| group removed by | removed | group costs then | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | prefix-cache hit rate | requests | errors |\n")
+	b.WriteString("| group removed by | removed | group costs then | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | prefix-cache hit rate after | requests | errors |\n")
 	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range scaledownPolicies {
 		o := out[p.name]

@@ -20,8 +20,8 @@ import (
 
 // Router-informed scale-down (docs/router.md, "Deletion cost"): the router knows what losing
 // each engine pod would cost the requests it routes — the requests open to it (every
-// replica's, through package shared) and how much of the prompts' prefixes the pick index
-// expects in its cache — and writes it on the pod as ReplicaSet's pod-deletion-cost
+// replica's, through package shared) and how much of the prompts' shared prefixes the pick
+// index expects in its cache (PrefixIndex.Held) — and writes it on the pod as ReplicaSet's pod-deletion-cost
 // annotation. berth-controller, scaling a ModelServing down, removes the Ready group whose
 // pods cost least in sum (pkg/workload scaleDownOrder), so the warm group a prompt family
 // lives on survives and a cold one goes.

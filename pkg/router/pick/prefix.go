@@ -35,7 +35,8 @@ type PrefixIndex struct {
 	limit  int
 	lru    *list.List // of uint64, front = most recent
 	blocks map[uint64]*blockEntry
-	// held is, per endpoint, how many blocks name it: how much of the prompts' prefixes the
+	// held is, per endpoint, how many shared blocks name it (blocks sent more than once: a
+	// prefix reused, not one request's own tail): how much of the prompts' prefixes the
 	// router expects to find in its cache, what losing it would cost (Held).
 	held map[string]int
 }
@@ -43,6 +44,7 @@ type PrefixIndex struct {
 type blockEntry struct {
 	elem  *list.Element
 	addrs []string // most recent first
+	uses  int      // times recorded (counted up to 2: shared or not)
 }
 
 const endpointsPerBlock = 4
@@ -70,20 +72,31 @@ func (x *PrefixIndex) Record(hashes []uint64, addr string) {
 		} else {
 			x.lru.MoveToFront(e.elem)
 		}
+		shared := e.uses >= 2
+		e.uses = min(e.uses+1, 2)
 		var added bool
 		var dropped string
 		e.addrs, added, dropped = promote(e.addrs, addr)
-		if added {
-			x.held[addr]++
+		switch {
+		case shared: // counted already: follow the change
+			if added {
+				x.held[addr]++
+			}
+			x.unhold(dropped)
+		case e.uses == 2: // sent a second time: now it counts for every endpoint it names
+			for _, a := range e.addrs {
+				x.held[a]++
+			}
 		}
-		x.unhold(dropped)
 	}
 	for x.lru.Len() > x.limit {
 		oldest := x.lru.Back()
 		x.lru.Remove(oldest)
 		h := oldest.Value.(uint64)
-		for _, a := range x.blocks[h].addrs {
-			x.unhold(a)
+		if e := x.blocks[h]; e.uses >= 2 {
+			for _, a := range e.addrs {
+				x.unhold(a)
+			}
 		}
 		delete(x.blocks, h)
 	}
@@ -118,7 +131,8 @@ func promote(addrs []string, addr string) (_ []string, added bool, dropped strin
 	return addrs, true, dropped
 }
 
-// Held is how many blocks of the index name addr among their recent endpoints.
+// Held is how many shared blocks of the index (sent more than once) name addr among their
+// recent endpoints.
 func (x *PrefixIndex) Held(addr string) int {
 	x.mu.Lock()
 	defer x.mu.Unlock()

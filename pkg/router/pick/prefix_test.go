@@ -236,15 +236,17 @@ func TestDefaultScorersKeepPromptsTogether(t *testing.T) {
 	})
 }
 
-// Held counts, per endpoint, the blocks that name it: what its cache holds as the router
-// knows it. It follows promotion off a block's endpoint list and eviction from the LRU, so
-// a cold endpoint's count falls back to nothing.
+// Held counts, per endpoint, the shared blocks (sent more than once) that name it: what
+// its cache holds worth keeping, as the router knows it. One request's own tail does not
+// count; the count follows promotion off a block's endpoint list and eviction from the LRU,
+// so a cold endpoint's count falls back to nothing.
 func TestPrefixIndexHeld(t *testing.T) {
 	x := NewPrefixIndex(1024)
 	fam := HashPrompt(text("family", 10*BlockBytes))
 	x.Record(fam, "a:1")
+	assert.Equal(t, 0, x.Held("a:1"), "sent once: nothing shared yet")
 	x.Record(fam, "a:1")
-	assert.Equal(t, 10, x.Held("a:1"), "a block counts once per endpoint")
+	assert.Equal(t, 10, x.Held("a:1"), "sent again: the prefix is reused; a block counts once per endpoint")
 	x.Record(fam[:4], "b:1")
 	assert.Equal(t, 4, x.Held("b:1"))
 	assert.Equal(t, 0, x.Held("c:1"))
@@ -255,10 +257,12 @@ func TestPrefixIndexHeld(t *testing.T) {
 	}
 	assert.Equal(t, 9, x.Held("a:1"), "a:1 was pushed off block 0")
 	assert.Equal(t, 4, x.Held("b:1"))
+	assert.Equal(t, 1, x.Held("e:1"))
 
-	// Eviction: 1024 other blocks push the family out of the index.
+	// Eviction: 1024 blocks sent once push the family out and count for nobody.
 	x.Record(HashPrompt(text("other", 1024*BlockBytes)), "b:1")
 	assert.Equal(t, 0, x.Held("a:1"))
-	assert.Equal(t, 1024, x.Held("b:1"))
+	assert.Equal(t, 0, x.Held("b:1"))
+	assert.Equal(t, 0, x.Held("e:1"))
 	assert.Equal(t, 1024, x.Len())
 }
