@@ -83,7 +83,8 @@ spec:
 		streams.Add(1)
 		go func() {
 			defer streams.Done()
-			stream := client_(i%2).Chat.Completions.NewStreaming(w.ctx, openai.ChatCompletionNewParams{
+			oc := client_(i % 2)
+			stream := oc.Chat.Completions.NewStreaming(w.ctx, openai.ChatCompletionNewParams{
 				Model: "hot", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("%s question %d", shared, i))},
 				MaxTokens: openai.Int(tokens)})
 			got := 0
