@@ -60,6 +60,7 @@ apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelServer
 metadata: {name: sd-hot}
 spec:
+  model: base-model
   inferenceEngine: vLLM
   workloadSelector: {matchLabels: {modelserving.volcano.sh/name: sd, modelserving.volcano.sh/group-name: sd-2}}
 `, `
