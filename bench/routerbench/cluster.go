@@ -98,6 +98,14 @@ func engineAddr(ip string) string { return net.JoinHostPort(ip, strconv.Itoa(eng
 // setPods replaces the engine pods by one Ready pod per IP. The router started after this
 // sees exactly these endpoints in its first snapshot.
 func (c *cluster) setPods(ctx context.Context, ips []string) error {
+	return c.setPodsNamed(ctx, ips, func(i int) (string, map[string]string) {
+		return fmt.Sprintf("engine-%s-%d", ips[i], i), map[string]string{"app": engineLabel}
+	})
+}
+
+// setPodsNamed is setPods with each pod's name and labels (which must include app:
+// engineLabel) given by named.
+func (c *cluster) setPodsNamed(ctx context.Context, ips []string, named func(i int) (string, map[string]string)) error {
 	if err := c.cl.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(namespace),
 		client.MatchingLabels{"app": engineLabel}, client.GracePeriodSeconds(0)); err != nil {
 		return err
@@ -116,8 +124,9 @@ func (c *cluster) setPods(ctx context.Context, ips []string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for i, ip := range ips {
+		name, labels := named(i)
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("engine-%s-%d", ip, i), Labels: map[string]string{"app": engineLabel}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "engine", Image: "vllm",
 				Ports: []corev1.ContainerPort{{ContainerPort: enginePort}}}}},
 		}

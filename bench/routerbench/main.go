@@ -28,6 +28,10 @@
 //     engines charging each KV handoff by the level it crosses (-pd-costs): TTFT through
 //     berth-router pairing topology-aware and blind (by load alone), same workload. Given
 //     alone, it runs only this experiment.
+//   - -scaledown: the quality workload on engines standing for the groups of a ModelServing,
+//     one group removed halfway by berth-controller's rule, blind (the highest ordinal) and
+//     with the routers' deletion costs: TTFT in the simulated minute after. Given alone, it
+//     runs only this experiment.
 //
 // Progress goes to stderr, the markdown tables to stdout (and -out).
 package main
@@ -102,6 +106,9 @@ func main() {
 	pdSeconds := flag.Float64("pd-seconds", 15, "pd-topology: real seconds of arrivals per policy (sets TimeScale)")
 	pdCosts := flag.String("pd-costs", "0.7ms,0.7ms,13ms,26ms", "pd-topology: simulated time of one KV handoff when prefill and decode share the node, the NVLink domain, the leaf, nothing (see bench/README.md)")
 	pdCSV := flag.String("pd-csv", "/tmp/routerbench-pdtopology.csv", "pd-topology: one line per request: pairing, level shared, TTFT (empty: none)")
+	doScaledown := flag.Bool("scaledown", false, "run the scale-down experiment: the quality workload on -quality-engines groups of a ModelServing, one removed halfway by the highest ordinal and by the routers' deletion costs (alone, unless -overhead or -quality is given too)")
+	sdWindow := flag.Duration("scaledown-window", time.Minute, "scaledown: simulated time after the scale-down whose requests are measured")
+	sdCSV := flag.String("scaledown-csv", "/tmp/routerbench-scaledown.csv", "scaledown: the window's TTFTs, one line per request (empty: none)")
 	replicas := flag.String("replicas", "", "replicas: comma-separated router replica counts to run the quality workload through (e.g. 1,2,4; needs redis-server on PATH); empty: not run")
 	flag.Parse()
 	var replicaCounts []int
@@ -123,8 +130,8 @@ func main() {
 		}
 		costs = append(costs, d)
 	}
-	if *doEPP || *doTenants || *doPD || len(replicaCounts) > 0 {
-		// -epp, -tenants, -pd-topology or -replicas alone runs that experiment only; the others run when asked for.
+	if *doEPP || *doTenants || *doPD || *doScaledown || len(replicaCounts) > 0 {
+		// -epp, -tenants, -pd-topology, -scaledown or -replicas alone runs that experiment only; the others run when asked for.
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		*doOverhead = *doOverhead && set["overhead"]
@@ -209,6 +216,15 @@ func main() {
 		t, err := runPDTopology(ctx, c, pdTopologyConfig{leaves: *pdLeaves, domainsPerLeaf: *pdDomains, nodesPerDomain: *pdNodes,
 			requests: *pdRequests, promptTokens: *pdPrompt, maxTokens: *pdMaxTokens, load: *pdLoad, realSeconds: *pdSeconds,
 			costs: costs, seed: *seed, csv: *pdCSV})
+		if err != nil {
+			c.stop()
+			must(err)
+		}
+		tables = append(tables, t)
+		fmt.Println(t)
+	}
+	if *doScaledown {
+		t, err := runScaledown(ctx, c, scaledownConfig{quality: qcfg, window: *sdWindow, csv: *sdCSV})
 		if err != nil {
 			c.stop()
 			must(err)

@@ -180,3 +180,39 @@ func TestTenantsSmoke(t *testing.T) {
 		t.Errorf("%s: %d rows (%v), want %d", csvPath, len(rows), err, 1+len(tenantsConfigs)*cfg.quietRequests)
 	}
 }
+
+// TestScaledownSmoke runs the scale-down experiment in small: both rules remove one group
+// without a request failing, the blind rule the highest ordinal, and the table has both rows
+// (the routers' costs name every group).
+func TestScaledownSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane, engines and two routers in turn (about 15 s); runs in make test, which does not pass -short")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := startCluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop()
+	q := qualityConfig{engines: 4, prompts: 8, users: 64, requests: 160, systemTokens: 1000, userTokens: 20, maxTokens: 8,
+		cachePrompts: 4, load: 0.5, realSeconds: 4, runs: 1, seed: 3}
+	csvPath := filepath.Join(t.TempDir(), "scaledown.csv")
+	table, err := runScaledown(ctx, c, scaledownConfig{quality: q, window: time.Minute, csv: csvPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + table)
+	for _, p := range scaledownPolicies {
+		row := tableRow(table, p.name)
+		if row == nil || len(row) != 9 || row[8] != "0" || !strings.HasPrefix(row[1], "sd-") || strings.Count(row[2], "sd-") != 4 {
+			t.Errorf("scaledown row for %s: %q; want 9 cells, a group removed, every group's cost and no errors", p.name, row)
+		}
+	}
+	if row := tableRow(table, scaledownPolicies[0].name); row != nil && row[1] != "sd-3" {
+		t.Errorf("the blind rule removed %s, want the highest ordinal sd-3", row[1])
+	}
+	if b, err := os.ReadFile(csvPath); err != nil || strings.Count(string(b), "\n") < 10 {
+		t.Errorf("the CSV holds too little (%v): %.200s", err, b)
+	}
+}

@@ -90,6 +90,12 @@ func bindFlags(fs *flag.FlagSet) *flags {
 		o.HoldQueueSize, o.DisableHold = n, n == 0
 		return nil
 	})
+	fs.BoolFunc("deletion-cost", "write on each ModelServing pod the router sends to the cost of losing it (its in-flight requests and prefix cache, as a log2 bucket) as controller.kubernetes.io/pod-deletion-cost, so a scale-down removes the group that costs least (default true; =false leaves the annotation to you)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		o.DisableDeletionCost = !on
+		return err
+	})
+	fs.DurationVar(&o.DeletionCostInterval, "deletion-cost-interval", o.DeletionCostInterval, "how often at most this replica writes one pod's deletion cost (only when its bucket changed)")
 	fs.DurationVar(&o.HoldTimeout, "hold-timeout", o.HoldTimeout, "how long a request may be held for a model coming up from zero replicas (then 503 with Retry-After)")
 	fs.BoolFunc("pd-topology", "pair each prefill endpoint with the nearest decode endpoint that has room (the same node, then NVLink domain, leaf, ...), read from HyperNodes or --fabric-label-tiers; needs list/watch on Nodes (default true; =false pairs by load alone)", func(v string) error {
 		on, err := strconv.ParseBool(v)

@@ -177,6 +177,13 @@ type Options struct {
 	// exists, lowest tier first (nil: fabric.DefaultLabelTiers, berth-scheduler's shipped
 	// nodeLabelTiers).
 	FabricLabelTiers []fabric.LabelTier
+	// DisableDeletionCost keeps the router from writing the cost of losing each ModelServing
+	// pod it routes to (its in-flight requests and prefix cache) as the pod's
+	// controller.kubernetes.io/pod-deletion-cost annotation, which berth-controller's
+	// scale-down reads (deletioncost.go). DeletionCostInterval is how often at most one
+	// replica writes one pod (default 5s).
+	DisableDeletionCost  bool
+	DeletionCostInterval time.Duration
 }
 
 // Defaults fills in zero fields.
@@ -238,6 +245,9 @@ func (o *Options) Defaults() {
 	if o.HoldTimeout == 0 {
 		o.HoldTimeout = 2 * time.Minute
 	}
+	if o.DeletionCostInterval == 0 {
+		o.DeletionCostInterval = 5 * time.Second
+	}
 }
 
 // Router serves requests. Create with New, run with Run.
@@ -267,6 +277,8 @@ type Router struct {
 	// fromZero is nil unless the router holds requests for models at zero (fromzero.go):
 	// proxy mode, with the apiserver serving ModelServings.
 	fromZero *fromZero
+	// deletionCosts is nil unless the router publishes its pods' deletion costs.
+	deletionCosts *deletionCosts
 
 	stopping atomic.Bool
 	ready    chan struct{}
@@ -358,6 +370,11 @@ func New(cfg *rest.Config, o Options, log logr.Logger) (*Router, error) {
 		if err := apicheck.Check(cfg, "berth-router", workloadAPIs()); err != nil {
 			log.Info("not holding requests for models at zero replicas: the apiserver does not serve ModelServings", "missing", err.Error())
 		} else if err := r.enableFromZero(); err != nil {
+			return nil, err
+		}
+	}
+	if !o.DisableDeletionCost {
+		if err := r.enableDeletionCosts(); err != nil {
 			return nil, err
 		}
 	}
@@ -561,6 +578,9 @@ func (r *Router) Run(ctx context.Context) error {
 
 	if err := r.startTenants(viewCtx); err != nil {
 		return err
+	}
+	if r.deletionCosts != nil {
+		go r.deletionCosts.run(viewCtx, r.view.Snapshot)
 	}
 
 	var servers []*http.Server

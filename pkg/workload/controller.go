@@ -177,8 +177,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Scale down: remove the groups that go first until the count is right (a rollout may
 	// keep up to maxSurge extra groups while it runs).
 	if len(groups) > allowed {
-		for _, idx := range scaleDownOrder(ms, groups)[:len(groups)-allowed] {
-			if err := r.deleteGroup(ctx, ms, idx, ReasonScaledDown); err != nil {
+		cost := deletionCosts(groups)
+		order := scaleDownOrder(ms, groups, cost)
+		n := len(groups) - allowed
+		for _, idx := range order[:n] {
+			why := scaleDownWhy(ms, groups, cost, idx, order[n:])
+			if err := r.deleteGroupBecause(ctx, ms, idx, ReasonScaledDown, why); err != nil {
 				return ctrl.Result{}, err
 			}
 			delete(groups, idx)
@@ -474,9 +478,18 @@ func (r *Reconciler) createIfMissing(ctx context.Context, obj client.Object) err
 
 // deleteGroup removes a group's pods, Services and PodGroup.
 func (r *Reconciler) deleteGroup(ctx context.Context, ms *workloadv1alpha1.ModelServing, idx int, reason string) error {
+	return r.deleteGroupBecause(ctx, ms, idx, reason, "")
+}
+
+// deleteGroupBecause is deleteGroup with why the group was chosen, said in its event.
+func (r *Reconciler) deleteGroupBecause(ctx context.Context, ms *workloadv1alpha1.ModelServing, idx int, reason, why string) error {
 	group := workloadv1alpha1.ServingGroupName(ms.Name, idx)
-	log.FromContext(ctx).V(2).Info("deleting ServingGroup", "group", group, "reason", reason)
-	r.Recorder.Eventf(ms, groupObject(ms, idx), corev1.EventTypeNormal, reason, actionDelete, "deleting ServingGroup %s", group)
+	log.FromContext(ctx).V(2).Info("deleting ServingGroup", "group", group, "reason", reason, "why", why)
+	if why != "" {
+		r.Recorder.Eventf(ms, groupObject(ms, idx), corev1.EventTypeNormal, reason, actionDelete, "deleting ServingGroup %s: %s", group, why)
+	} else {
+		r.Recorder.Eventf(ms, groupObject(ms, idx), corev1.EventTypeNormal, reason, actionDelete, "deleting ServingGroup %s", group)
+	}
 	sel := client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: ms.Name, workloadv1alpha1.GroupNameLabel: group}
 	if err := r.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ms.Namespace), sel); err != nil {
 		return err

@@ -1,7 +1,10 @@
 package workload
 
 import (
+	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -138,10 +141,13 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// scaleDownOrder lists groups in the order they are removed: not-ready groups first, then
-// the highest ordinal, so scaling down never takes away a serving group while a broken one
-// remains.
-func scaleDownOrder(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup) []int {
+// scaleDownOrder lists groups in the order they are removed: not-ready groups first, so
+// scaling down never takes away a serving group while a broken one remains; then the
+// lowest deletion cost (cost: the sum of the group's pods' pod-deletion-cost annotations,
+// which berth-router publishes from what it knows of their in-flight requests and prefix
+// cache, and users may set as on a ReplicaSet's pods), so the group whose loss hurts least
+// goes; then the highest ordinal, which is all that decides when nobody publishes a cost.
+func scaleDownOrder(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup, cost map[int]int64) []int {
 	idx := make([]int, 0, len(groups))
 	for i := range groups {
 		idx = append(idx, i)
@@ -151,9 +157,54 @@ func scaleDownOrder(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGr
 		if ra != rb {
 			return !ra
 		}
+		if ca, cb := cost[idx[a]], cost[idx[b]]; ca != cb {
+			return ca < cb
+		}
 		return idx[a] > idx[b]
 	})
 	return idx
+}
+
+// deletionCost is a group's deletion cost: the sum of its live pods' pod-deletion-cost
+// annotations (ReplicaSet's convention: an int32; absent or unreadable counts 0).
+func (g *servingGroup) deletionCost() int64 {
+	var sum int64
+	for _, p := range g.pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if v, err := strconv.ParseInt(p.Annotations[corev1.PodDeletionCost], 10, 32); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// deletionCosts is every group's deletion cost.
+func deletionCosts(groups map[int]*servingGroup) map[int]int64 {
+	out := make(map[int]int64, len(groups))
+	for i, g := range groups {
+		out[i] = g.deletionCost()
+	}
+	return out
+}
+
+// scaleDownWhy says why a group is the one removed, for its ScaledDown event: not ready,
+// or its deletion cost against the kept groups' ("" when costs played no part: all zero).
+func scaleDownWhy(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup, cost map[int]int64, idx int, kept []int) string {
+	if !groups[idx].ready(ms) {
+		return "not ready"
+	}
+	costed := cost[idx] != 0
+	others := make([]string, 0, len(kept))
+	for _, k := range kept {
+		costed = costed || cost[k] != 0
+		others = append(others, fmt.Sprintf("%s %d", workloadv1alpha1.ServingGroupName(ms.Name, k), cost[k]))
+	}
+	if !costed {
+		return "highest ordinal; no pod has a deletion cost"
+	}
+	return fmt.Sprintf("lowest deletion cost %d (kept: %s)", cost[idx], strings.Join(others, ", "))
 }
 
 // freeOrdinals returns the n lowest ordinals no group uses.
@@ -165,4 +216,12 @@ func freeOrdinals(groups map[int]*servingGroup, n int) []int {
 		}
 	}
 	return out
+}
+
+// ScaleDownOrder is the order (ordinals, first removed first) in which the reconciler
+// removes the groups that pods make up when ms scales down, the same rule as its own:
+// bench/routerbench replays it against simulated engines without running the reconciler.
+func ScaleDownOrder(ms *workloadv1alpha1.ModelServing, pods []corev1.Pod) []int {
+	groups := observeGroups(ms, pods)
+	return scaleDownOrder(ms, groups, deletionCosts(groups))
 }

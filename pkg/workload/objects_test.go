@@ -132,8 +132,51 @@ func TestScaleDownRemovesNotReadyGroupsFirstThenHighestOrdinal(t *testing.T) {
 		return g
 	}
 	groups := map[int]*servingGroup{0: ready(0), 1: {index: 1, pods: map[string]*corev1.Pod{}}, 2: ready(2), 3: ready(3)}
-	assert.Equal(t, []int{1, 3, 2, 0}, scaleDownOrder(ms, groups))
+	assert.Equal(t, []int{1, 3, 2, 0}, scaleDownOrder(ms, groups, deletionCosts(groups)))
 	assert.Equal(t, []int{4, 5}, freeOrdinals(groups, 2))
+}
+
+// The routers publish a per-pod deletion cost (the ReplicaSet annotation): among Ready
+// groups the cheapest to lose goes first, whatever its ordinal; a broken group still goes
+// before any serving one, and equal costs fall back to the highest ordinal.
+func TestScaleDownRemovesTheCheapestReadyGroup(t *testing.T) {
+	ms := pdServing()
+	group := func(i int, ready bool, costs ...string) *servingGroup {
+		g := &servingGroup{index: i, pods: map[string]*corev1.Pod{}}
+		for n := 0; n < expectedPods(ms); n++ {
+			p := &corev1.Pod{}
+			if ready {
+				p.Status = corev1.PodStatus{Phase: corev1.PodRunning,
+					Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+			}
+			if n < len(costs) {
+				p.Annotations = map[string]string{corev1.PodDeletionCost: costs[n]}
+			}
+			g.pods[string(rune('a'+n))] = p
+		}
+		return g
+	}
+	groups := map[int]*servingGroup{
+		0: group(0, true, "3"),       // warm
+		1: group(1, true),            // cold: no cost published
+		2: group(2, true, "5", "4"),  // hot: the sum of its pods counts
+		3: group(3, false, "100"),    // broken, however costly
+		4: group(4, true, "garbage"), // unreadable counts 0, like absent
+	}
+	cost := deletionCosts(groups)
+	assert.Equal(t, map[int]int64{0: 3, 1: 0, 2: 9, 3: 100, 4: 0}, cost)
+	assert.Equal(t, []int{3, 4, 1, 0, 2}, scaleDownOrder(ms, groups, cost))
+	assert.Equal(t, "not ready", scaleDownWhy(ms, groups, cost, 3, []int{0, 2}))
+	assert.Equal(t, "lowest deletion cost 0 (kept: qwen-0 3, qwen-2 9)", scaleDownWhy(ms, groups, cost, 4, []int{0, 2}))
+
+	// A negative cost (set by a user, as on a ReplicaSet's pods) goes before absent ones.
+	groups[0] = group(0, true, "-1")
+	assert.Equal(t, []int{3, 0, 4, 1, 2}, scaleDownOrder(ms, groups, deletionCosts(groups)))
+
+	// Nobody publishes: today's rule, the highest ordinal.
+	plain := map[int]*servingGroup{0: group(0, true), 1: group(1, true), 2: group(2, true)}
+	assert.Equal(t, []int{2, 1, 0}, scaleDownOrder(ms, plain, deletionCosts(plain)))
+	assert.Equal(t, "highest ordinal; no pod has a deletion cost", scaleDownWhy(ms, plain, deletionCosts(plain), 2, []int{0, 1}))
 }
 
 func TestRecoveryWaitsOutTheGracePeriod(t *testing.T) {

@@ -112,6 +112,9 @@ func (p *Picker) RecordPrefix(prefix []uint64, addr string) { p.prefix.Record(pr
 // PrefixMatch is, per endpoint, how many leading blocks of prefix the index holds for it.
 func (p *Picker) PrefixMatch(prefix []uint64) map[string]int { return p.prefix.Match(prefix) }
 
+// PrefixHeld is how many prefix blocks the index holds for addr (see PrefixIndex.Held).
+func (p *Picker) PrefixHeld(addr string) int { return p.prefix.Held(addr) }
+
 // OwnInFlight is this replica's open requests per endpoint (endpoints with none left out).
 func (p *Picker) OwnInFlight() map[string]int64 {
 	p.mu.Lock()

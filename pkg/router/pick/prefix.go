@@ -35,18 +35,23 @@ type PrefixIndex struct {
 	limit  int
 	lru    *list.List // of uint64, front = most recent
 	blocks map[uint64]*blockEntry
+	// held is, per endpoint, how many shared blocks name it (blocks sent more than once: a
+	// prefix reused, not one request's own tail): how much of the prompts' prefixes the
+	// router expects to find in its cache, what losing it would cost (Held).
+	held map[string]int
 }
 
 type blockEntry struct {
 	elem  *list.Element
 	addrs []string // most recent first
+	uses  int      // times recorded (counted up to 2: shared or not)
 }
 
 const endpointsPerBlock = 4
 
 // NewPrefixIndex returns an index holding up to limit blocks (at least 1024).
 func NewPrefixIndex(limit int) *PrefixIndex {
-	return &PrefixIndex{limit: max(limit, 1024), lru: list.New(), blocks: map[uint64]*blockEntry{}}
+	return &PrefixIndex{limit: max(limit, 1024), lru: list.New(), blocks: map[uint64]*blockEntry{}, held: map[string]int{}}
 }
 
 // Record notes that a request with these block hashes went to addr.
@@ -67,29 +72,71 @@ func (x *PrefixIndex) Record(hashes []uint64, addr string) {
 		} else {
 			x.lru.MoveToFront(e.elem)
 		}
-		e.addrs = promote(e.addrs, addr)
+		shared := e.uses >= 2
+		e.uses = min(e.uses+1, 2)
+		var added bool
+		var dropped string
+		e.addrs, added, dropped = promote(e.addrs, addr)
+		switch {
+		case shared: // counted already: follow the change
+			if added {
+				x.held[addr]++
+			}
+			x.unhold(dropped)
+		case e.uses == 2: // sent a second time: now it counts for every endpoint it names
+			for _, a := range e.addrs {
+				x.held[a]++
+			}
+		}
 	}
 	for x.lru.Len() > x.limit {
 		oldest := x.lru.Back()
 		x.lru.Remove(oldest)
-		delete(x.blocks, oldest.Value.(uint64))
+		h := oldest.Value.(uint64)
+		if e := x.blocks[h]; e.uses >= 2 {
+			for _, a := range e.addrs {
+				x.unhold(a)
+			}
+		}
+		delete(x.blocks, h)
 	}
 }
 
-func promote(addrs []string, addr string) []string {
+func (x *PrefixIndex) unhold(addr string) {
+	if addr == "" {
+		return
+	}
+	if x.held[addr]--; x.held[addr] <= 0 {
+		delete(x.held, addr)
+	}
+}
+
+// promote puts addr first in addrs; added says it was not there before, dropped is the
+// endpoint pushed off the end to make room ("" if none).
+func promote(addrs []string, addr string) (_ []string, added bool, dropped string) {
 	for i, a := range addrs {
 		if a == addr {
 			copy(addrs[1:i+1], addrs[:i])
 			addrs[0] = addr
-			return addrs
+			return addrs, false, ""
 		}
 	}
 	if len(addrs) < endpointsPerBlock {
 		addrs = append(addrs, "")
+	} else {
+		dropped = addrs[len(addrs)-1]
 	}
 	copy(addrs[1:], addrs)
 	addrs[0] = addr
-	return addrs
+	return addrs, true, dropped
+}
+
+// Held is how many shared blocks of the index (sent more than once) name addr among their
+// recent endpoints.
+func (x *PrefixIndex) Held(addr string) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.held[addr]
 }
 
 // Match returns, per endpoint, how many leading blocks of hashes it recently got.

@@ -235,3 +235,34 @@ func TestDefaultScorersKeepPromptsTogether(t *testing.T) {
 		assert.True(t, seen["ep0"])
 	})
 }
+
+// Held counts, per endpoint, the shared blocks (sent more than once) that name it: what
+// its cache holds worth keeping, as the router knows it. One request's own tail does not
+// count; the count follows promotion off a block's endpoint list and eviction from the LRU,
+// so a cold endpoint's count falls back to nothing.
+func TestPrefixIndexHeld(t *testing.T) {
+	x := NewPrefixIndex(1024)
+	fam := HashPrompt(text("family", 10*BlockBytes))
+	x.Record(fam, "a:1")
+	assert.Equal(t, 0, x.Held("a:1"), "sent once: nothing shared yet")
+	x.Record(fam, "a:1")
+	assert.Equal(t, 10, x.Held("a:1"), "sent again: the prefix is reused; a block counts once per endpoint")
+	x.Record(fam[:4], "b:1")
+	assert.Equal(t, 4, x.Held("b:1"))
+	assert.Equal(t, 0, x.Held("c:1"))
+
+	// A block keeps its last endpointsPerBlock endpoints: a fifth pushes the oldest off.
+	for _, a := range []string{"c:1", "d:1", "e:1"} {
+		x.Record(fam[:1], a)
+	}
+	assert.Equal(t, 9, x.Held("a:1"), "a:1 was pushed off block 0")
+	assert.Equal(t, 4, x.Held("b:1"))
+	assert.Equal(t, 1, x.Held("e:1"))
+
+	// Eviction: 1024 blocks sent once push the family out and count for nobody.
+	x.Record(HashPrompt(text("other", 1024*BlockBytes)), "b:1")
+	assert.Equal(t, 0, x.Held("a:1"))
+	assert.Equal(t, 0, x.Held("b:1"))
+	assert.Equal(t, 0, x.Held("e:1"))
+	assert.Equal(t, 1024, x.Len())
+}

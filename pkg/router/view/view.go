@@ -68,6 +68,10 @@ type Endpoint struct {
 	Group string
 	// Node is the node the pod runs on: where it sits in the fabric.
 	Node string
+	// ModelServing is the pod's modelserving.volcano.sh/name label ("" for a pod no
+	// ModelServing runs); DeletionCost its controller.kubernetes.io/pod-deletion-cost
+	// annotation now ("" without one). The router publishes that cost (deletioncost.go).
+	ModelServing, DeletionCost string
 }
 
 // URL is the endpoint's base URL.
@@ -539,7 +543,8 @@ func Resolve(ms *networkingv1alpha1.ModelServer, pods []*corev1.Pod) *Server {
 		if !base.Matches(labels.Set(p.Labels)) || !servable(p) {
 			continue
 		}
-		e := &Endpoint{Namespace: p.Namespace, Pod: p.Name, Scheme: scheme, Node: p.Spec.NodeName}
+		e := &Endpoint{Namespace: p.Namespace, Pod: p.Name, Scheme: scheme, Node: p.Spec.NodeName,
+			ModelServing: p.Labels[workloadv1alpha1.ModelServingNameLabel], DeletionCost: p.Annotations[corev1.PodDeletionCost]}
 		e.Address = net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(portOf(p, port))))
 		if pd == nil {
 			s.Endpoints = append(s.Endpoints, e)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -200,6 +201,27 @@ spec:
 			conditionTrue(route.Status.Conditions, routestatus.ConditionResolvedRefs), nil
 	})
 	require.NoError(t, err, "berth-controller did not write the ModelServer's and ModelRoute's conditions")
+
+	// Deletion cost (docs/router.md): the router owns the pod-deletion-cost annotation of the
+	// ModelServing pods it routes to and writes back the cost it knows (0: no traffic here)
+	// over a value set by hand, with the pods patch its ClusterRole grants.
+	served := &corev1.Pod{}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for _, e := range s.router.View().Snapshot().Endpoints {
+			if e.Namespace == ns && e.ModelServing == "llm" {
+				return s.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: e.Pod}, served) == nil, nil
+			}
+		}
+		return false, nil
+	})
+	require.NoError(t, err, "the router routes to no pod of llm")
+	require.NoError(t, s.cl.Patch(ctx, served, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"controller.kubernetes.io/pod-deletion-cost":"7"}}}`))))
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var p corev1.Pod
+		return s.cl.Get(ctx, client.ObjectKeyFromObject(served), &p) == nil && p.Annotations[corev1.PodDeletionCost] == "0", nil
+	})
+	require.NoError(t, err, "berth-router, as its ServiceAccount, did not write pod %s's deletion cost", served.Name)
 
 	// Leader election as shipped: each component holds its own lease in berth-system.
 	for _, name := range []string{"berth-scheduler", "berth-controller"} {

@@ -490,6 +490,21 @@ spec:
 	metrics := get(t, "http://"+routers[0].AdminAddr()+"/metrics")
 	require.True(t, strings.Contains(metrics, `pod="churn-2-`) || strings.Contains(metrics, `pod="churn-3-`),
 		"group 2 or 3 served requests before the scale-down")
+	// With the load gone (and prompts too short to hold a prefix block) the routers write
+	// every pod's deletion cost back to 0 within their interval: no group is worth keeping
+	// over another, and the highest ordinals go.
+	w.eventually("every churn pod's deletion cost is back to 0", 15*time.Second, func() bool {
+		pods, err := kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{LabelSelector: "modelserving.volcano.sh/name=churn"})
+		if err != nil {
+			return false
+		}
+		for _, p := range pods.Items {
+			if c := p.Annotations["controller.kubernetes.io/pod-deletion-cost"]; c != "" && c != "0" {
+				return false
+			}
+		}
+		return true
+	})
 	ms := &workloadv1alpha1.ModelServing{}
 	require.NoError(t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "churn"}, ms))
 	two := int32(2)
