@@ -8,16 +8,19 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/scale"
 	"k8s.io/controller-manager/pkg/informerfactory"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	"k8s.io/kubernetes/pkg/controller/deployment"
+	"k8s.io/kubernetes/pkg/controller/disruption"
 	"k8s.io/kubernetes/pkg/controller/endpointslice"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	"k8s.io/kubernetes/pkg/controller/namespace"
@@ -31,7 +34,9 @@ import (
 // ResourceClaimTemplates become its ResourceClaims, released and deleted when the pod ends so
 // its DRA devices are free again (ResourceClaim controller), and a Service with a selector
 // gets EndpointSlices listing its Ready pods (what a gateway reads to reach a Service
-// backend). They are
+// backend), and a PodDisruptionBudget's status says how many evictions it allows (the
+// disruption controller: without it the Eviction API refuses every eviction a budget covers,
+// as it cannot tell whether the budget allows it). They are
 // kube-controller-manager's own controllers from k8s.io/kubernetes, wired the way its
 // controller descriptors wire them, not a copy; only their periods are shorter, so a test
 // sees a CRD installed mid-run collected within seconds.
@@ -51,8 +56,8 @@ type controllers struct {
 	running sync.WaitGroup
 }
 
-// startControllers starts the garbage collector, the namespace, Deployment, ReplicaSet and
-// ResourceClaim and EndpointSlice controllers against cfg. They run until stop.
+// startControllers starts the garbage collector, the namespace, Deployment, ReplicaSet,
+// ResourceClaim, EndpointSlice and disruption controllers against cfg. They run until stop.
 func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config) (*controllers, error) {
 	cfg = rest.CopyConfig(cfg)
 	// Deleting a namespace's contents and collecting garbage are bursts of calls; the client's
@@ -109,6 +114,18 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 	// kube-controller-manager's defaults: 100 endpoints per slice, updates batched for 0 s.
 	slices := endpointslice.NewController(ctx, typed.Core().V1().Pods(), typed.Core().V1().Services(), typed.Core().V1().Nodes(),
 		typed.Discovery().V1().EndpointSlices(), 100, kube, 0)
+	// Fills each PodDisruptionBudget's status (currentHealthy, disruptionsAllowed) that the
+	// Eviction API decides by. A budget given as a percentage or maxUnavailable reads its
+	// pods' controller's scale subresource, found through its own discovery-backed mapper.
+	scaleMapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	scales, err := scale.NewForConfig(cfg, scaleMapper, dynamic.LegacyAPIPathResolverFunc, scale.NewDiscoveryScaleKindResolver(kube.Discovery()))
+	if err != nil {
+		c.cancel()
+		return nil, fmt.Errorf("disruption controller: %w", err)
+	}
+	budgets := disruption.NewDisruptionController(ctx, typed.Core().V1().Pods(), typed.Policy().V1().PodDisruptionBudgets(),
+		typed.Core().V1().ReplicationControllers(), typed.Apps().V1().ReplicaSets(), typed.Apps().V1().Deployments(),
+		typed.Apps().V1().StatefulSets(), kube, scaleMapper, scales, kube.Discovery())
 	// Fills the aggregated ClusterRoles (admin, edit, view) from the roles that carry their
 	// aggregate-to labels, such as Berth's.
 	aggregation := clusterroleaggregation.NewClusterRoleAggregation(typed.Rbac().V1().ClusterRoles(), kube.RbacV1())
@@ -127,6 +144,7 @@ func startControllers(ctx context.Context, logger klog.Logger, cfg *rest.Config)
 	run(func() { claims.Run(ctx, controllerWorkers) })
 	run(func() { aggregation.Run(ctx, 1) })
 	run(func() { slices.Run(ctx, controllerWorkers) })
+	run(func() { budgets.Run(ctx, controllerWorkers) })
 	run(func() { <-ctx.Done(); typed.Shutdown(); untyped.Shutdown() })
 	return c, nil
 }

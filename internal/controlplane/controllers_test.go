@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +23,7 @@ import (
 )
 
 // The control plane runs kube-controller-manager's garbage collector, namespace, Deployment,
-// ReplicaSet and EndpointSlice controllers. These tests show each doing what a user of a cluster expects.
+// ReplicaSet, EndpointSlice and disruption controllers. These tests show each doing what a user of a cluster expects.
 
 // gone waits until get reports NotFound, failing the test after a minute.
 func gone(t *testing.T, what string, get func(ctx context.Context) error) {
@@ -224,4 +225,46 @@ func TestServiceGetsEndpointSlices(t *testing.T) {
 		return s.Endpoints[0].Addresses[0] == "10.9.9.9" && ptr.Deref(s.Endpoints[0].Conditions.Ready, false) && ptr.Deref(s.Ports[0].Port, 0) == 3000, nil
 	})
 	require.NoError(t, err, "no EndpointSlice names the Ready pod on port 3000")
+}
+
+// The Eviction API honours a PodDisruptionBudget: with two Ready pods and minAvailable 1 the
+// first eviction is allowed and the second refused (429), once the disruption controller has
+// counted the pods. Without that controller every eviction the budget covers is refused.
+func TestEvictionHonoursPodDisruptionBudget(t *testing.T) {
+	ctx := t.Context()
+	kube := kubernetes.NewForConfigOrDie(cp.RESTConfig())
+	ns := newNamespace(t, kube, "pdb-")
+	labels := map[string]string{"app": "web"}
+	for _, name := range []string{"a", "b"} {
+		p, err := kube.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		// A pending pod may always be evicted: these run and are Ready, as a kubelet reports.
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		_, err = kube.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	_, err := kube.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}}},
+		metav1.CreateOptions{})
+	require.NoError(t, err)
+	allows := func(n int32) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			pdb, err := kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "web", metav1.GetOptions{})
+			return err == nil && pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.DisruptionsAllowed == n, nil
+		})
+		require.NoError(t, err, "the budget's status does not come to allow %d disruptions", n)
+	}
+	evict := func(name string) error {
+		return kube.CoreV1().Pods(ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	}
+	allows(1)
+	require.NoError(t, evict("a"), "one of two pods may go")
+	allows(0)
+	err = evict("b")
+	require.True(t, apierrors.IsTooManyRequests(err), "the last pod is refused with 429, got %v", err)
+	_, err = kube.CoreV1().Pods(ns).Get(ctx, "b", metav1.GetOptions{})
+	require.NoError(t, err, "the refused pod stays")
 }

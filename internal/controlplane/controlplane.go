@@ -7,7 +7,8 @@
 // has and Berth's users rely on: the garbage collector (owner references),
 // the namespace controller (deleting a namespace empties it), and the
 // Deployment and ReplicaSet controllers (a plain Deployment gets its pods), and
-// the ClusterRole aggregation controller (edit and view include Berth's kinds).
+// the ClusterRole aggregation controller (edit and view include Berth's kinds), and
+// the disruption controller (PodDisruptionBudgets' status, which the Eviction API reads).
 // There is no scheduler and no kubelet: the caller runs those (berth-scheduler,
 // the simulated kubelet) when it needs them.
 //

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -63,6 +65,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexOwned(context.Background(), mgr); err != nil {
 		return err
 	}
+	if err := indexPodsByNode(context.Background(), mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		// ModelServings are independent of each other; several reconcile at once.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
@@ -74,6 +79,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}})).
 		Owns(&corev1.Service{}).
 		Owns(&volcanov1beta1.PodGroup{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		// A node being drained: the ModelServings with pods on it move their groups.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.modelServingsOn), builder.WithPredicates(drainStarts)).
 		Complete(r)
 }
 
@@ -135,7 +143,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	chain, pluginErr := plugins.NewChain(ms.Spec.Plugins)
 	if pluginErr != nil {
 		r.refusePlugins(ctx, ms, pluginErr)
-		return ctrl.Result{}, r.writeStatus(ctx, ms, revision, groups, pluginErr, nil)
+		return ctrl.Result{}, r.writeStatus(ctx, ms, revision, groups, pluginErr, nil, nil)
 	}
 	// ComputeDomains (annotation berth.sh/compute-domain): with a bad value, or without the
 	// CRD, no group can get its domain, so nothing is created or deleted until that changes.
@@ -150,7 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		r.refuseComputeDomains(ctx, ms, cdErr)
 		// Nothing watched says when the CRD appears: look again.
-		return ctrl.Result{RequeueAfter: computeDomainRetry}, r.writeStatus(ctx, ms, revision, groups, nil, cdErr)
+		return ctrl.Result{RequeueAfter: computeDomainRetry}, r.writeStatus(ctx, ms, revision, groups, nil, cdErr, nil)
 	}
 	domains := newComputeDomains(cdOn, owned)
 
@@ -168,6 +176,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 		delete(groups, idx)
+	}
+	// Node drains: displaced groups move whole, within the minimum of Ready groups; the
+	// PodDisruptionBudget keeps evictions from taking single pods.
+	if err := r.ensurePDB(ctx, ms, len(owned)); err != nil {
+		return ctrl.Result{}, err
+	}
+	drain, err := r.drainStep(ctx, ms, groups)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	for _, rep := range roleRolloutStep(ms, groups, revision) {
 		if err := r.replaceRoleReplica(ctx, ms, revision, rep); err != nil {
@@ -226,7 +243,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if requeue > 0 {
 		logger.V(4).Info("waiting out a restart grace period", "requeueAfter", requeue)
 	}
-	return ctrl.Result{RequeueAfter: requeue}, r.writeStatus(ctx, ms, revision, groups, nil, nil)
+	return ctrl.Result{RequeueAfter: requeue}, r.writeStatus(ctx, ms, revision, groups, nil, nil, drain)
 }
 
 // refusePlugins records, once per change of the problem, a Warning event naming the plugin
@@ -591,8 +608,9 @@ func (r *Reconciler) pruneRevisions(ctx context.Context, ms *workloadv1alpha1.Mo
 // writeStatus derives the status from the groups and writes it when it changed.
 //
 // Which groups count as updated is groupUpdated's rule. pluginErr, when not nil, is why spec.plugins is refused (condition PluginsAccepted);
-// cdErr why the ComputeDomain annotation cannot be honoured (condition ComputeDomainsReady).
-func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup, pluginErr, cdErr error) error {
+// cdErr why the ComputeDomain annotation cannot be honoured (condition ComputeDomainsReady);
+// drain what the drain step found (condition DisruptionAllowed; nil leaves it as it is).
+func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.ModelServing, revision string, groups map[int]*servingGroup, pluginErr, cdErr error, drain *drainReport) error {
 	want := int32(ptr.Deref(ms.Spec.Replicas, 1))
 	st := ms.Status.DeepCopy()
 	st.ObservedGeneration = ms.Generation
@@ -619,6 +637,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ms *workloadv1alpha1.Model
 	if pluginErr == nil { // refused plugins stop the pass before the annotation is read
 		setComputeDomainsCondition(st, ms, cdErr)
 	}
+	r.setDrainCondition(st, ms, drain)
 
 	setCondition(st, workloadv1alpha1.ModelServingAvailable, st.AvailableReplicas >= want,
 		"AllGroupsReady", fmt.Sprintf("%d/%d ServingGroups ready", st.AvailableReplicas, want),

@@ -20,6 +20,14 @@ var (
 		Name: "berth_modelserving_compute_domains_total",
 		Help: "NVIDIA ComputeDomains the ModelServing reconciler created or deleted for ServingGroups, by operation (create, delete).",
 	}, []string{"operation"})
+	drainMoves = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "berth_modelserving_drain_moves_total",
+		Help: "ServingGroups moved whole off drained nodes.",
+	})
+	drainWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_modelserving_drain_waiting_groups",
+		Help: "ServingGroups on drained nodes that wait for the ModelServing's minimum of Ready groups to allow their move.",
+	}, []string{"namespace", "modelserving"})
 	groupsByState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "berth_modelserving_groups",
 		Help: "ServingGroups of each ModelServing by state (available, unavailable).",
@@ -27,10 +35,11 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(reconcileSeconds, groupsByState, recoveries, computeDomainOps)
+	metrics.Registry.MustRegister(reconcileSeconds, groupsByState, recoveries, computeDomainOps, drainMoves, drainWaiting)
 }
 
 // forgetModelServing deletes a ModelServing's per-ModelServing series.
 func forgetModelServing(namespace, name string) {
 	groupsByState.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "modelserving": name})
+	drainWaiting.DeleteLabelValues(namespace, name)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/berth-sh/berth/pkg/plugins/placement"
 	"github.com/berth-sh/berth/pkg/plugins/podgroups"
+	"github.com/berth-sh/berth/pkg/workload/disruption"
 )
 
 // Reasons of preemption events and conditions.
@@ -225,6 +226,11 @@ func (b *budgets) of(ns string) []budget {
 		pdbs, _ := b.g.pdbLister.PodDisruptionBudgets(ns).List(labels.Everything())
 		sort.Slice(pdbs, func(i, j int) bool { return pdbs[i].Name < pdbs[j].Name })
 		for _, pdb := range pdbs {
+			if pdb.Labels[disruption.WholeGroupsLabel] == "true" {
+				// berth-controller's budget for a ModelServing: it refuses evictions of single
+				// pods, not the preemption of a group as a whole.
+				continue
+			}
 			// policy/v1: a nil selector matches no pod, an empty one every pod.
 			if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil {
 				l = append(l, budget{pdb: pdb, sel: sel, allowed: b.g.disruptionsAllowed(pdb, sel)})

@@ -62,3 +62,13 @@ func TestShippedRBACCoversLeaderWorkerSet(t *testing.T) {
 		{"events.k8s.io", "events", []string{"create", "patch"}},
 	})
 }
+
+// Node drains (pkg/workload/drain.go): the ModelServing reconciler keeps a
+// PodDisruptionBudget per ModelServing and reads the nodes its pods run on to see a drain.
+// It never writes a node.
+func TestShippedRBACCoversNodeDrains(t *testing.T) {
+	assertAllowed(t, []need{
+		{"policy", "poddisruptionbudgets", []string{"get", "list", "watch", "create", "update", "delete"}},
+		{"", "nodes", []string{"get", "list", "watch"}},
+	})
+}
