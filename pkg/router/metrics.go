@@ -14,6 +14,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	ttft        *prometheus.HistogramVec
 	picks       *prometheus.CounterVec
+	pairs       *prometheus.CounterVec
 	retries     *prometheus.CounterVec
 	tokens      *prometheus.CounterVec
 	rateLimited *prometheus.CounterVec
@@ -42,6 +43,10 @@ func newMetrics() *metrics {
 		Name: "berth_router_endpoint_picks_total",
 		Help: "Requests sent to each endpoint (ModelServer, pod and PD role).",
 	}, []string{"server", "pod", "role"})
+	m.pairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_router_pd_pairs_total",
+		Help: "Prefill/decode pairs chosen, by ModelServer and how their revisions relate: same (one revision), compatible (different revisions with the same role templates) or cross (allowed by networking.berth.sh/pd-cross-revision only).",
+	}, []string{"server", "revisions"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_router_retries_total",
 		Help: "Attempts retried, by the target that failed (ModelServer or ExternalModelProvider, namespace/name) and reason (status code or transport).",
@@ -60,7 +65,7 @@ func newMetrics() *metrics {
 	})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_router_inflight_requests", Help: "Requests being served now."})
 	m.endpoints = prometheus.NewGauge(prometheus.GaugeOpts{Name: "berth_router_endpoints", Help: "Ready endpoints across all ModelServers."})
-	m.registry.MustRegister(m.requests, m.duration, m.ttft, m.picks, m.retries, m.tokens, m.rateLimited, m.limiterErrs, m.inflight, m.endpoints,
+	m.registry.MustRegister(m.requests, m.duration, m.ttft, m.picks, m.pairs, m.retries, m.tokens, m.rateLimited, m.limiterErrs, m.inflight, m.endpoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
