@@ -557,7 +557,8 @@ func (r *Router) choose(server *view.Server, preq *pick.Request, tried map[strin
 		return target{name: e.Name(), url: e.URL(), addrs: []string{e.Address}}, r.picker.Begin(preq, e.Address), nil
 	}
 	// Prefill first: its prefix cache is what a shared prompt reuses. Then a decode
-	// endpoint of the same PD group; a prefill whose group has no decode left is skipped.
+	// endpoint it may pair with (same PD group, same revision: Server.Pairable); a prefill
+	// with no such decode left is skipped.
 	excluded := maps.Clone(tried)
 	for {
 		pc := r.picker.Candidates(server.Prefill, stats, excluded)
@@ -568,7 +569,7 @@ func (r *Router) choose(server *view.Server, preq *pick.Request, tried map[strin
 		p := pc[i].Endpoint
 		var group []*view.Endpoint
 		for _, d := range server.Decode {
-			if d.Group == p.Group {
+			if server.Pairable(p, d) {
 				group = append(group, d)
 			}
 		}
@@ -584,7 +585,8 @@ func (r *Router) choose(server *view.Server, preq *pick.Request, tried map[strin
 		srv := server.Namespace + "/" + server.Name
 		r.metrics.picks.WithLabelValues(srv, p.Pod, string(p.Role)).Inc()
 		r.metrics.picks.WithLabelValues(srv, d.Pod, string(d.Role)).Inc()
-		r.metrics.pdPairs.WithLabelValues(srv, tierLabel(server.Fabric, p, d)).Inc()
+		pairing, _ := server.Pairing(p, d)
+		r.metrics.pdPairs.WithLabelValues(srv, string(pairing), tierLabel(server.Fabric, p, d)).Inc()
 		endP, endD := r.picker.Begin(preq, p.Address), r.picker.Begin(&pick.Request{}, d.Address)
 		return target{
 				name:  p.Name() + "+" + d.Name(),

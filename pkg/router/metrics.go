@@ -45,8 +45,8 @@ func newMetrics() *metrics {
 	}, []string{"server", "pod", "role"})
 	m.pdPairs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_router_pd_pairs_total",
-		Help: "Prefill/decode pairs chosen, by ModelServer and how far apart the two endpoints sit in the fabric: node (the same node), the lowest tier they share (nvlink, leaf, ...), far (none), or unknown (no fabric, or a node outside it).",
-	}, []string{"server", "tier"})
+		Help: "Prefill/decode pairs chosen, by ModelServer, how their revisions relate (same: one revision; compatible: different revisions with the same role templates; cross: allowed by networking.berth.sh/pd-cross-revision only) and how far apart the two endpoints sit in the fabric (node: the same node; the lowest tier they share: nvlink, leaf, ...; far: none; unknown: no fabric, or a node outside it).",
+	}, []string{"server", "revisions", "tier"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_router_retries_total",
 		Help: "Attempts retried, by the target that failed (ModelServer or ExternalModelProvider, namespace/name) and reason (status code or transport).",

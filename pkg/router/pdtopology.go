@@ -17,11 +17,18 @@ import (
 // sequences wait for blocks to free.
 const kvFull = 0.9
 
+// intake is how many waiting requests a decode engine may show and still count as having
+// room: a handoff just received waits for the engine's next step (and, with a pull
+// connector, for its KV), so an engine taking handoffs shows one now and then between steps
+// without queueing anything. Counting that as full moved single requests across the spine
+// (seen under -race, where steps are slower). A real queue shows two or more.
+const intake = 1
+
 // hasRoom says whether a decode engine can take one more sequence without queueing it, by
-// its last scrape: nothing waits and its KV cache is not full. An engine never scraped
-// counts as having room (as the picker treats it).
+// its last scrape: no more than intake waits and its KV cache is not full. An engine never
+// scraped counts as having room (as the picker treats it).
 func hasRoom(c pick.Candidate) bool {
-	return c.Stats.Waiting <= 0 && c.Stats.KVUsage < kvFull
+	return c.Stats.Waiting <= intake && c.Stats.KVUsage < kvFull
 }
 
 // nearDecodes returns the decode candidates of the nearest tier to prefill p (the same

@@ -63,7 +63,7 @@ func TestNearDecodes(t *testing.T) {
 		{"then the leaf", []pick.Candidate{far, sameLeaf}, []string{"d-n-a10"}, "leaf"},
 		{"a queueing near decode gives way", []pick.Candidate{decodeAt("n-a01", 3, 0.2), sameLeaf, far}, []string{"d-n-a10"}, "leaf"},
 		{"a full KV cache gives way", []pick.Candidate{decodeAt("n-a01", 0, 0.95), far}, []string{"d-n-b00"}, "far"},
-		{"no room anywhere: all, by load", []pick.Candidate{decodeAt("n-a01", 2, 0.5), decodeAt("n-b00", 1, 0.5)}, []string{"d-n-a01", "d-n-b00"}, ""},
+		{"no room anywhere: all, by load", []pick.Candidate{decodeAt("n-a01", 2, 0.5), decodeAt("n-b00", 4, 0.5)}, []string{"d-n-a01", "d-n-b00"}, ""},
 	} {
 		got, d := nearDecodes(f, p, c.cands)
 		assert.Equal(t, c.want, podNames(got), c.name)
@@ -74,8 +74,10 @@ func TestNearDecodes(t *testing.T) {
 			}
 		}
 	}
+	got, _ := nearDecodes(f, p, []pick.Candidate{decodeAt("n-a01", 1, 0.2), far})
+	assert.Equal(t, []string{"d-n-a01"}, podNames(got), "one request in intake is not a queue")
 	all := []pick.Candidate{far, sameClique}
-	got, _ := nearDecodes(nil, p, all)
+	got, _ = nearDecodes(nil, p, all)
 	assert.Equal(t, podNames(all), podNames(got), "no fabric: today's pairing")
 	got, _ = nearDecodes(f, &view.Endpoint{Node: "elsewhere"}, all)
 	assert.Equal(t, podNames(all), podNames(got), "a prefill on a node the fabric does not know: no preference")

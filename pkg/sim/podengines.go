@@ -125,6 +125,10 @@ func (e *Engines) Engine(namespace, pod string) *engine.Server {
 	return nil
 }
 
+// Hub is the KV-transfer hub every engine shares (tests read its Transfers, which outlive
+// the engines of deleted pods).
+func (e *Engines) Hub() *engine.KVHub { return e.hub }
+
 // Running lists the pods (namespace/name) with a running engine, sorted.
 func (e *Engines) Running() []string {
 	e.mu.Lock()

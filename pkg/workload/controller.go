@@ -392,6 +392,9 @@ func (r *Reconciler) ensureGroup(ctx context.Context, ms *workloadv1alpha1.Model
 				continue // created by an earlier pass; the cache has not caught up
 			}
 			pod := BuildPod(ms, rev, g.index, role, u.replica, k)
+			// The router pairs a prefill with a decode of another revision only when one
+			// revision had both their templates: it learns each revision's roles from here.
+			pod.Annotations[workloadv1alpha1.RevisionRolesAnnotation] = templates.revisionRoles(ctx, rev)
 			if err := chain.OnPodCreate(&plugins.Pod{ModelServing: ms, Group: g.index, Role: role.Name,
 				RoleID: workloadv1alpha1.RoleReplicaName(role.Name, u.replica), Worker: k, Pod: pod}); err != nil {
 				return 0, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -59,6 +60,8 @@ type revisionTemplates struct {
 	ms      *workloadv1alpha1.ModelServing
 	current string
 	loaded  map[string]*workloadv1alpha1.ServingGroup // nil: no usable ControllerRevision
+	// rolesOf caches revisionRoles by revision.
+	rolesOf map[string]string
 }
 
 func newRevisionTemplates(c client.Client, ms *workloadv1alpha1.ModelServing, current string) *revisionTemplates {
@@ -89,6 +92,25 @@ func (t *revisionTemplates) role(ctx context.Context, revision string, r *worklo
 		}
 	}
 	return r
+}
+
+// revisionRoles is the RevisionRolesAnnotation of the pods created under revision: the
+// RoleTemplateHash of each of its roles, as role built them ("<role>=<hash>,...", in the
+// spec's role order, which validation keeps unique by name).
+func (t *revisionTemplates) revisionRoles(ctx context.Context, revision string) string {
+	if v, ok := t.rolesOf[revision]; ok {
+		return v
+	}
+	parts := make([]string, 0, len(t.ms.Spec.Template.Roles))
+	for i := range t.ms.Spec.Template.Roles {
+		r := t.role(ctx, revision, &t.ms.Spec.Template.Roles[i])
+		parts = append(parts, r.Name+"="+RoleTemplateHash(r))
+	}
+	if t.rolesOf == nil {
+		t.rolesOf = map[string]string{}
+	}
+	t.rolesOf[revision] = strings.Join(parts, ",")
+	return t.rolesOf[revision]
 }
 
 func (t *revisionTemplates) load(ctx context.Context, revision string) *workloadv1alpha1.ServingGroup {

@@ -184,8 +184,10 @@ type roleReplacement struct {
 // pods were built from another template of their role, at or above the role's partition.
 // Every group moves at once (as Kthena's); inside a group each role keeps its own budget:
 // not-ready outdated replicas go first (they cost no availability), a ready one only while
-// the role's ready replicas stay at or above replicas − maxUnavailable. A role whose
-// template did not change is not touched, even though the revision did.
+// the role's ready replicas stay at or above replicas − maxUnavailable, and the group keeps
+// as many complete sets of one version (a prefill and a decode a router may pair) as the
+// roles' budgets promise (completeSets). A role whose template did not change is not
+// touched, even though the revision did.
 func roleRolloutStep(ms *workloadv1alpha1.ModelServing, groups map[int]*servingGroup, revision string) []roleReplacement {
 	if rolloutType(ms) != workloadv1alpha1.RoleRollingUpdate {
 		return nil
@@ -198,6 +200,7 @@ func roleRolloutStep(ms *workloadv1alpha1.ModelServing, groups map[int]*servingG
 			continue
 		}
 		units := groupUnits(ms, groups[idx])
+		sets := newCompleteSets(ms, units, hashes, revision)
 		for ri := range ms.Spec.Template.Roles {
 			r := &ms.Spec.Template.Roles[ri]
 			keep, budget := rolePartition(ms, r), roleMaxUnavailable(r)
@@ -225,7 +228,7 @@ func roleRolloutStep(ms *workloadv1alpha1.ModelServing, groups map[int]*servingG
 			}
 			sort.Slice(readyOld, func(i, j int) bool { return readyOld[i].replica > readyOld[j].replica })
 			for _, u := range readyOld {
-				if ready-1 < roleReplicas(r)-budget {
+				if ready-1 < roleReplicas(r)-budget || !sets.remove(u) {
 					break
 				}
 				ready--
@@ -234,6 +237,80 @@ func roleRolloutStep(ms *workloadv1alpha1.ModelServing, groups map[int]*servingG
 		}
 	}
 	return out
+}
+
+// completeSets counts what a group of several roles can serve during a RoleRollingUpdate: a
+// request needs a ready replica of every role (a prefill and a decode), of one version (the
+// router pairs a prefill only with a decode of a revision that had both their templates).
+// A group whose prefill replicas are all on the new template while its decode replicas are
+// all on the old one serves nothing, though each role alone is within its maxUnavailable.
+type completeSets struct {
+	roles []*workloadv1alpha1.Role
+	// old and current count each role's ready replicas that can serve with the old
+	// templates and with the current ones. A role whose template did not change counts in
+	// both; an outdated replica in old only.
+	old, current map[*workloadv1alpha1.Role]int
+	// floor is the fewest complete sets the roles' own budgets leave when replicas are
+	// replaced in step: min over roles of replicas − maxUnavailable (0 when a role may lose
+	// every replica, maxUnavailable's default: then nothing is held back).
+	floor int
+}
+
+func newCompleteSets(ms *workloadv1alpha1.ModelServing, units []*unit, hashes map[string]string, revision string) *completeSets {
+	c := &completeSets{old: map[*workloadv1alpha1.Role]int{}, current: map[*workloadv1alpha1.Role]int{}}
+	changed := map[*workloadv1alpha1.Role]bool{}
+	for _, u := range units {
+		if len(u.present) > 0 && u.outdated(hashes, revision) {
+			changed[u.role] = true
+		}
+	}
+	for ri := range ms.Spec.Template.Roles {
+		r := &ms.Spec.Template.Roles[ri]
+		c.roles = append(c.roles, r)
+		f := max(0, roleReplicas(r)-roleMaxUnavailable(r))
+		if ri == 0 || f < c.floor {
+			c.floor = f
+		}
+	}
+	for _, u := range units {
+		if !u.ready() {
+			continue
+		}
+		if u.outdated(hashes, revision) {
+			c.old[u.role]++
+			continue
+		}
+		c.current[u.role]++
+		if !changed[u.role] {
+			c.old[u.role]++
+		}
+	}
+	return c
+}
+
+// count is how many complete sets the group has: of the old templates plus of the current.
+func (c *completeSets) count() int {
+	minOf := func(m map[*workloadv1alpha1.Role]int) int {
+		n := -1
+		for _, r := range c.roles {
+			if n < 0 || m[r] < n {
+				n = m[r]
+			}
+		}
+		return max(n, 0)
+	}
+	return minOf(c.old) + minOf(c.current)
+}
+
+// remove takes ready outdated replica u out of the count if the group keeps at least floor
+// complete sets without it, and says whether it did.
+func (c *completeSets) remove(u *unit) bool {
+	c.old[u.role]--
+	if c.count() >= c.floor {
+		return true
+	}
+	c.old[u.role]++
+	return false
 }
 
 // roleHashes is every role's current RoleTemplateHash, by role name.

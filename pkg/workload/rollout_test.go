@@ -89,6 +89,55 @@ func TestRoleRolloutStep(t *testing.T) {
 		"pods created under an older revision, from templates that did not change, are current")
 }
 
+// A RoleRollingUpdate of a prefill/decode group keeps a complete pair of one version: a
+// prefill on the new template and decodes all on the old one serve nothing, so a role's
+// ready old replica goes only while the group keeps as many complete pairs as the roles'
+// budgets promise (here 1 of 2), old or new.
+func TestRoleRolloutKeepsCompletePairs(t *testing.T) {
+	ms := pdServing()
+	ms.Spec.Replicas = ptr.To[int32](1)
+	ms.Spec.RolloutStrategy = &workloadv1alpha1.RolloutStrategy{Type: workloadv1alpha1.RoleRollingUpdate}
+	roles := ms.Spec.Template.Roles
+	roles[0].Replicas, roles[1].Replicas = ptr.To[int32](2), ptr.To[int32](2)
+	roles[1].WorkerReplicas, roles[1].WorkerTemplate = 0, nil
+	old := map[string]*workloadv1alpha1.Role{"prefill": roles[0].DeepCopy(), "decode": roles[1].DeepCopy()}
+	for i := range roles {
+		roles[i].EntryTemplate.Spec.Containers[0].Image = "vllm:v2"
+		roles[i].MaxUnavailable = ptr.To(intstr.FromInt32(1))
+	}
+	groups := map[int]*servingGroup{0: roleGroup(ms, 0, "r1", old)}
+	assert.Equal(t, []string{"qwen-0/prefill-1", "qwen-0/decode-1"}, replaced(roleRolloutStep(ms, groups, "r2")),
+		"one replica of each role: the old prefill-0 and decode-0 stay a pair")
+
+	// prefill-1 is back on the new template and ready, decode-1 is not ready yet.
+	renew := func(role string, ready bool) {
+		for _, p := range roleGroup(ms, 0, "r2", nil).pods {
+			if p.Labels[workloadv1alpha1.RoleIDLabel] == role {
+				if !ready {
+					p.Status.Conditions[0].Status = corev1.ConditionFalse
+				}
+				groups[0].pods[p.Name] = p
+			}
+		}
+	}
+	renew("prefill-1", true)
+	renew("decode-1", false)
+	assert.Empty(t, replaced(roleRolloutStep(ms, groups, "r2")),
+		"prefill-0 would be within the prefill budget, but it is the last old prefill while no new decode is ready: the group would serve nothing")
+
+	renew("decode-1", true)
+	assert.Equal(t, []string{"qwen-0/prefill-0", "qwen-0/decode-0"}, replaced(roleRolloutStep(ms, groups, "r2")),
+		"a new pair is ready: the old one may go")
+
+	// Without maxUnavailable (every replica at once, as Kthena) nothing is held back.
+	groups = map[int]*servingGroup{0: roleGroup(ms, 0, "r1", old)}
+	renew("prefill-1", true)
+	for i := range roles {
+		roles[i].MaxUnavailable = nil
+	}
+	assert.Equal(t, []string{"qwen-0/prefill-0", "qwen-0/decode-1", "qwen-0/decode-0"}, replaced(roleRolloutStep(ms, groups, "r2")))
+}
+
 // A role's rollout settings and replica count are not part of what it renders: changing
 // them neither changes the revision nor marks its pods outdated.
 func TestRolloutSettingsAreNotTemplate(t *testing.T) {

@@ -72,6 +72,66 @@ type Endpoint struct {
 	// ModelServing runs); DeletionCost its controller.kubernetes.io/pod-deletion-cost
 	// annotation now ("" without one). The router publishes that cost (deletioncost.go).
 	ModelServing, DeletionCost string
+	// Revision is what a PD endpoint was built from (Pairable), from the labels and
+	// annotation berth-controller puts on a ModelServing's pods; zero for other pods.
+	Revision Revision
+}
+
+// Revision is the ModelServing revision a pod was created under and what that revision's
+// roles were, so that the router pairs a prefill with a decode of the same version.
+type Revision struct {
+	// Name is the pod's workloadv1alpha1.RevisionLabel ("": the pod is unconstrained).
+	Name string
+	// Role and Template are its role (RoleLabel) and role template hash
+	// (RoleTemplateHashLabel).
+	Role, Template string
+	// Roles is the role template hash of every role of the revision, by role name
+	// (RevisionRolesAnnotation); nil on pods created before the controller wrote it.
+	Roles map[string]string
+}
+
+// CrossRevisionAnnotation "allow" on a PD ModelServer lets its router pair a prefill and a
+// decode endpoint of different ModelServing revisions (the user says their KV caches are
+// compatible); without it they pair only within one revision (Pairable).
+const CrossRevisionAnnotation = "networking.berth.sh/pd-cross-revision"
+
+// Pairing is how a prefill and a decode endpoint's revisions relate (Server.Pairing).
+type Pairing string
+
+const (
+	// SameRevision: both were created under one revision (or either carries none).
+	SameRevision Pairing = "same"
+	// CompatibleRevision: different revisions, but one of them has both endpoints' role
+	// templates: a RoleRollingUpdate replaced one role and left the other as it is.
+	CompatibleRevision Pairing = "compatible"
+	// CrossRevision: versions one revision never had together; only with
+	// CrossRevisionAnnotation.
+	CrossRevision Pairing = "cross"
+)
+
+// Pairing says how the revisions of prefill p and decode d relate, and whether the server
+// lets them serve a request together: a prefill hands its KV cache only to a decode of the
+// same version, unless the ModelServer allows crossing revisions.
+func (s *Server) Pairing(p, d *Endpoint) (Pairing, bool) {
+	a, b := &p.Revision, &d.Revision
+	switch {
+	case a.Name == "" || b.Name == "" || a.Name == b.Name:
+		return SameRevision, true
+	case a.Template != "" && b.Template != "" &&
+		(a.Roles[b.Role] == b.Template || b.Roles[a.Role] == a.Template):
+		return CompatibleRevision, true
+	}
+	return CrossRevision, s.CrossRevision
+}
+
+// Pairable says whether prefill p and decode d may serve a request together: one PD group,
+// and one revision unless the server allows crossing them (Pairing).
+func (s *Server) Pairable(p, d *Endpoint) bool {
+	if p.Group != d.Group {
+		return false
+	}
+	_, ok := s.Pairing(p, d)
+	return ok
 }
 
 // URL is the endpoint's base URL.
@@ -117,6 +177,8 @@ type Server struct {
 	Policy
 	// Connector is the KV connector of a PD server ("" when not disaggregated).
 	Connector networkingv1alpha1.KVConnectorType
+	// CrossRevision is true when the ModelServer's CrossRevisionAnnotation is "allow".
+	CrossRevision bool
 	// Endpoints serve whole requests; a PD server has Prefill and Decode instead.
 	Endpoints       []*Endpoint
 	Prefill, Decode []*Endpoint
@@ -519,6 +581,7 @@ func Resolve(ms *networkingv1alpha1.ModelServer, pods []*corev1.Pod) *Server {
 	if sel.PDGroup != nil {
 		pd = sel.PDGroup
 		s.Connector = networkingv1alpha1.ConnectorTypeHTTP
+		s.CrossRevision = ms.Annotations[CrossRevisionAnnotation] == "allow"
 		if ms.Spec.KVConnector != nil && ms.Spec.KVConnector.Type != "" {
 			s.Connector = ms.Spec.KVConnector.Type
 		}
@@ -555,6 +618,7 @@ func Resolve(ms *networkingv1alpha1.ModelServer, pods []*corev1.Pod) *Server {
 			continue // an instance outside every PD group can pair with nothing
 		}
 		e.Group = value
+		e.Revision = revisionOf(p)
 		switch {
 		case prefillSel != nil && prefillSel.Matches(labels.Set(p.Labels)):
 			e.Role = Prefill
@@ -568,6 +632,24 @@ func Resolve(ms *networkingv1alpha1.ModelServer, pods []*corev1.Pod) *Server {
 		sort.Slice(list, func(i, j int) bool { return list[i].Address < list[j].Address })
 	}
 	return s
+}
+
+// revisionOf reads what berth-controller wrote on a ModelServing's pod about its revision.
+func revisionOf(p *corev1.Pod) Revision {
+	r := Revision{Name: p.Labels[workloadv1alpha1.RevisionLabel], Role: p.Labels[workloadv1alpha1.RoleLabel],
+		Template: p.Labels[workloadv1alpha1.RoleTemplateHashLabel]}
+	if r.Name == "" {
+		return Revision{}
+	}
+	if v := p.Annotations[workloadv1alpha1.RevisionRolesAnnotation]; v != "" {
+		r.Roles = map[string]string{}
+		for _, kv := range strings.Split(v, ",") {
+			if role, hash, ok := strings.Cut(kv, "="); ok {
+				r.Roles[role] = hash
+			}
+		}
+	}
+	return r
 }
 
 func servable(p *corev1.Pod) bool {

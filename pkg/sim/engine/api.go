@@ -360,10 +360,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, q *seq, chat boo
 // It reports false if the client went away while waiting.
 func (s *Server) findRemoteKV(ctx context.Context, q *seq, req *completionRequest, reqHeader string) bool {
 	covered, decideSide := 0, false
+	var from *kvEntry // the keyed transfer's entry (the content store knows no sender)
 	cover := func(e *kvEntry) int {
 		n := e.covers(q.promptTokens, q.hashes, q.whole, s.cfg.BlockSize)
 		if n > 0 {
 			q.handoff = s.cfg.handoffCost(e.location)
+			from = e
 		}
 		return n
 	}
@@ -407,7 +409,19 @@ func (s *Server) findRemoteKV(ctx context.Context, q *seq, req *completionReques
 		return true
 	}
 	q.remoteTokens = covered
+	cross := false
+	if from != nil && covered > 0 && from.version != "" && s.cfg.Version != "" {
+		cross = from.version != s.cfg.Version
+		if cross {
+			s.hub.crossVersion.Add(1)
+		} else {
+			s.hub.sameVersion.Add(1)
+		}
+	}
 	s.mu.Lock()
+	if cross {
+		s.stats.KVCrossVersion++
+	}
 	if covered > 0 {
 		s.stats.KVTransfersReceived++
 	} else {

@@ -75,6 +75,11 @@ type Config struct {
 
 	// Hub is the KV-transfer hub shared by the engines of a PD setup; nil → a private one.
 	Hub *KVHub
+	// Version is the engine's build, as far as its KV cache layout goes (tests set it from a
+	// pod label). KV handed between engines of different non-empty versions is counted
+	// (Stats.KVCrossVersion, KVHub.Transfers): a real pair of mismatched builds would
+	// misread or refuse it.
+	Version string
 
 	// BootstrapTimeout bounds, in real time, how long a decode engine waits for the
 	// prefill side of a mooncake (bootstrap_room) request before prefilling locally.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,10 @@ import (
 type KVHub struct {
 	ttl time.Duration
 
+	// sameVersion and crossVersion count keyed transfers between engines that both have a
+	// Version, by whether the versions match.
+	sameVersion, crossVersion atomic.Int64
+
 	mu        sync.Mutex
 	slots     map[string]*hubSlot
 	blocks    map[uint64]time.Time // block hash → expiry
@@ -34,6 +39,7 @@ const maxHubBlocks = 1 << 20
 // kvEntry describes the KV of one prefilled prompt.
 type kvEntry struct {
 	engineID string
+	version  string   // Config.Version of the prefill engine
 	tokens   int      // prompt tokens whose KV is held
 	blocks   []uint64 // chained hashes of the full blocks
 	whole    uint64   // hash of the exact prompt
@@ -78,6 +84,13 @@ func (h *KVHub) Len() int {
 		}
 	}
 	return n
+}
+
+// Transfers reports how many keyed KV transfers went between engines of the same Version
+// and how many between engines of different ones, since the hub was made (engines without
+// a Version are not counted). Engines come and go; the hub outlives them.
+func (h *KVHub) Transfers() (same, cross int64) {
+	return h.sameVersion.Load(), h.crossVersion.Load()
 }
 
 // slotLocked returns the slot of key, creating an empty one.

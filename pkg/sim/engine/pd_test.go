@@ -207,3 +207,35 @@ func TestPDHandoffCostByTier(t *testing.T) {
 		t.Errorf("no costs configured: %s", got)
 	}
 }
+
+// KV handed from a prefill engine of one build to a decode engine of another is counted,
+// on the decode engine and on the hub (which outlives both); engines without a Version are
+// not counted at all.
+func TestPDCrossVersionCounted(t *testing.T) {
+	hub := NewKVHub()
+	_, p1 := startEngine(t, Config{Model: "m", ID: "ns/p1", Role: RolePrefill, TimeScale: 0.001, Hub: hub, Version: "v1"})
+	d1, d1URL := startEngine(t, Config{Model: "m", ID: "ns/d1", Role: RoleDecode, TimeScale: 0.001, Hub: hub, Version: "v1"})
+	d2, d2URL := startEngine(t, Config{Model: "m", ID: "ns/d2", Role: RoleDecode, TimeScale: 0.001, Hub: hub, Version: "v2"})
+	dn, dnURL := startEngine(t, Config{Model: "m", ID: "ns/dn", Role: RoleDecode, TimeScale: 0.001, Hub: hub})
+	for i, dURL := range []string{d1URL, d2URL, dnURL} {
+		hdr := map[string]string{"X-Request-Id": "req-" + strconv.Itoa(i)}
+		if resp, b := post(t, p1+"/v1/chat/completions", chatBody("m", pdPrompt, 1), hdr); resp.StatusCode != 200 {
+			t.Fatalf("prefill: %d %s", resp.StatusCode, b)
+		}
+		if resp, b := post(t, dURL+"/v1/chat/completions", chatBody("m", pdPrompt, 4), hdr); resp.StatusCode != 200 {
+			t.Fatalf("decode: %d %s", resp.StatusCode, b)
+		}
+	}
+	for _, c := range []struct {
+		d     *Server
+		cross int64
+	}{{d1, 0}, {d2, 1}, {dn, 0}} {
+		expectTransfer(t, c.d)
+		if got := c.d.Stats().KVCrossVersion; got != c.cross {
+			t.Errorf("%s: KVCrossVersion %d, want %d", c.d.cfg.ID, got, c.cross)
+		}
+	}
+	if same, cross := hub.Transfers(); same != 1 || cross != 1 {
+		t.Errorf("hub transfers: same %d, cross %d; want 1 and 1", same, cross)
+	}
+}

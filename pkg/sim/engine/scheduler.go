@@ -328,7 +328,7 @@ func (s *Server) publishLocked(q *seq) {
 	if p == (publishSpec{}) {
 		return
 	}
-	e := &kvEntry{engineID: s.cfg.ID, tokens: q.promptTokens, blocks: q.hashes, whole: q.whole, location: s.cfg.Location}
+	e := &kvEntry{engineID: s.cfg.ID, version: s.cfg.Version, tokens: q.promptTokens, blocks: q.hashes, whole: q.whole, location: s.cfg.Location}
 	if p.nixl {
 		s.hub.publish(nixlKey(s.cfg.ID, q.id), e)
 	}

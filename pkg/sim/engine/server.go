@@ -77,6 +77,7 @@ type Stats struct {
 	PrefixHitTokens     int64 // of which found
 	KVTransfersReceived int64 // requests whose KV came (at least partly) from the hub
 	KVTransferMisses    int64 // decode-side requests that found no KV and prefilled locally
+	KVCrossVersion      int64 // of KVTransfersReceived, those from an engine of another Version
 	KVUsage             float64
 	LoadedAdapters      []string
 }

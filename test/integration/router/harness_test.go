@@ -45,6 +45,10 @@ const timeScaleLabel = "berth.test/timescale"
 
 const defaultTimeScale = 0.01
 
+// kvVersionLabel on a pod is its engine's build as far as its KV cache goes
+// (engine.Config.Version): the simulator counts KV handed between different ones.
+const kvVersionLabel = "berth.test/kv-version"
+
 var (
 	startOnce sync.Once
 	system    *systemtest.System
@@ -70,6 +74,7 @@ func startSystem(t *testing.T) {
 					if v, ok := p.Labels[timeScaleLabel]; ok {
 						c.TimeScale, _ = strconv.ParseFloat(v, 64)
 					}
+					c.Version = p.Labels[kvVersionLabel]
 				},
 			},
 			Routers: len(routers),

@@ -30,6 +30,12 @@ const (
 	// replica counts and rollout settings left out), as Kthena 1.0 labels it: a
 	// RoleRollingUpdate replaces the role replicas whose hash is not the role's current one.
 	RoleTemplateHashLabel = "modelserving.volcano.sh/role-template-hash"
+	// RevisionRolesAnnotation on a ModelServing's pod lists the RoleTemplateHash of every
+	// role of the revision the pod was created under, "<role>=<hash>,..." sorted by role:
+	// berth-router pairs a prefill with a decode of another revision only when one of the
+	// two revisions has both their templates (a RoleRollingUpdate replaced one role and left
+	// the other as it was).
+	RevisionRolesAnnotation = "workload.berth.sh/revision-roles"
 
 	// ModelBoosterNameLabel names the ModelBooster that an object (ModelServing, ModelServer,
 	// ModelRoute, AutoscalingPolicy, AutoscalingPolicyBinding) was generated from.

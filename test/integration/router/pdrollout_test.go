@@ -1,0 +1,170 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/router/view"
+)
+
+// A disaggregated ModelServing whose ModelServer lets any prefill pair with any decode (its
+// pdGroup's groupKey is the ModelServing's name, the same in every group) rolls to a new
+// engine build under load: a new group comes up beside the old ones (maxSurge 1), so for a
+// while prefill and decode endpoints of both revisions serve at once. The routers pair a
+// prefill only with a decode of its own revision, so no decode engine ever receives KV from
+// a prefill of the other build (the simulated engines count that themselves, by the
+// berth.test/kv-version label the template change bumps), and no request is lost.
+func TestPDRolloutPairsWithinARevision(t *testing.T) {
+	w := newWorld(t, 1)
+	const name = "pdroll"
+	role := func(r string) string {
+		return fmt.Sprintf(`
+    - name: %s
+      replicas: 1
+      entryTemplate:
+        metadata: {labels: {%s: v1}}
+        spec:
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.11.0
+            args: ["--model", "base-model"]
+            ports: [{containerPort: 8000}]
+            resources: {limits: {nvidia.com/gpu: "1"}}`, r, kvVersionLabel)
+	}
+	w.apply(fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata: {name: %[1]s}
+spec:
+  schedulerName: berth-scheduler
+  replicas: 2
+  rolloutStrategy:
+    type: ServingGroupRollingUpdate
+    rollingUpdateConfiguration: {maxUnavailable: 0, maxSurge: 1}
+  template:
+    roles:%[2]s%[3]s
+`, name, role("prefill"), role("decode")), fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelServer
+metadata: {name: %[1]s}
+spec:
+  model: base-model
+  inferenceEngine: vLLM
+  workloadSelector:
+    matchLabels: {modelserving.volcano.sh/name: %[1]s}
+    pdGroup:
+      groupKey: modelserving.volcano.sh/name
+      prefillLabels: {modelserving.volcano.sh/role: prefill}
+      decodeLabels: {modelserving.volcano.sh/role: decode}
+`, name), fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: %[1]s}
+spec:
+  modelName: %[1]s
+  rules: [{targetModels: [{modelServerName: %[1]s}]}]
+`, name))
+	w.waitEndpoints(name, 4)
+	sameBefore, crossBefore := engines.Hub().Transfers()
+
+	// Watch the routers' view: the rollout must really put both revisions in front of them
+	// at once, or the test proves nothing.
+	ctx, stop := context.WithCancel(w.ctx)
+	defer stop()
+	var mixed atomic.Bool
+	go func() {
+		for ctx.Err() == nil {
+			if s := routers[0].View().Snapshot().Server(w.ns, name); s != nil {
+				revs := map[string]bool{}
+				for _, list := range [][]*view.Endpoint{s.Prefill, s.Decode} {
+					for _, e := range list {
+						revs[e.Revision.Name] = true
+					}
+				}
+				if len(revs) > 1 {
+					mixed.Store(true)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+
+	var sent, failed atomic.Int64
+	var failures sync.Map
+	var clients sync.WaitGroup
+	long := strings.Repeat("a system prompt long enough to fill a few KV blocks. ", 6)
+	for c := range 6 {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			oc := client_(c % 2)
+			for i := 0; ctx.Err() == nil; i++ {
+				sent.Add(1)
+				_, err := oc.Chat.Completions.New(w.ctx, openai.ChatCompletionNewParams{Model: name,
+					Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("%s c%d r%d", long, c, i))},
+					MaxTokens: openai.Int(8)})
+				if err != nil {
+					failed.Add(1)
+					failures.Store(fmt.Sprintf("c%d r%d", c, i), err.Error())
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ms := &workloadv1alpha1.ModelServing{}
+		if err := cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, ms); err != nil {
+			return err
+		}
+		for i := range ms.Spec.Template.Roles {
+			ms.Spec.Template.Roles[i].EntryTemplate.Metadata.Labels[kvVersionLabel] = "v2"
+		}
+		return cl.Update(w.ctx, ms)
+	}))
+	w.eventually("every Ready endpoint the routers see is of the new build", 90*time.Second, func() bool {
+		for _, r := range routers {
+			s := r.View().Snapshot().Server(w.ns, name)
+			if s == nil || len(s.Prefill) != 2 || len(s.Decode) != 2 {
+				return false
+			}
+		}
+		pods, err := kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{LabelSelector: workloadv1alpha1.ModelServingNameLabel + "=" + name})
+		if err != nil || len(pods.Items) != 4 {
+			return false
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || p.Labels[kvVersionLabel] != "v2" {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	clients.Wait()
+
+	failures.Range(func(k, v any) bool { t.Logf("failed %s: %s", k, v); return true })
+	same, cross := engines.Hub().Transfers()
+	same, cross = same-sameBefore, cross-crossBefore
+	t.Logf("%d requests through the rollout; KV transfers: %d within a build, %d across builds", sent.Load(), same, cross)
+	assert.True(t, mixed.Load(), "both revisions were Ready in front of the routers at once")
+	assert.Zero(t, failed.Load(), "no request is lost to the rollout")
+	assert.Zero(t, cross, "no decode engine received KV from a prefill of the other build")
+	assert.Greater(t, same, int64(20), "requests were served through prefill/decode pairs")
+	m := get(t, "http://"+routers[0].AdminAddr()+"/metrics")
+	assert.Contains(t, m, fmt.Sprintf(`berth_router_pd_pairs_total{revisions="same",server="%s/%s",`, w.ns, name))
+	assert.NotContains(t, m, fmt.Sprintf(`berth_router_pd_pairs_total{revisions="cross",server="%s/%s",`, w.ns, name))
+}
