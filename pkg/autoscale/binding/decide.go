@@ -227,15 +227,21 @@ func (r *Reconciler) decide(ctx context.Context, j job, st *state, status *workl
 		}
 		return targets[order[a]].cost < targets[order[b]].cost
 	})
+	// A scale-up that failed holds back the dearer targets' scale-ups of this decision:
+	// scaling them past a cheap target left behind is what the order is there to prevent
+	// (seen under -race: a conflict on the cheap target, then the dear one scaled up).
+	upFailed := false
 	for _, i := range order {
 		t := targets[i]
 		cur := t.scale.Spec.Replicas
 		r.observeManualScale(j.owner, st, t.key, t.ref(), cur)
+		if want[i] > cur && upFailed {
+			want[i] = cur
+		}
 		if want[i] != cur {
-			sc := t.scale.DeepCopy()
-			sc.Spec.Replicas = want[i]
-			if _, err := r.Scales.Scales(t.ns).Update(ctx, t.gr, sc, metav1.UpdateOptions{}); err != nil {
+			if err := r.writeScale(ctx, t, want[i]); err != nil {
 				applyErr = errors.Join(applyErr, fmt.Errorf("scale %s to %d: %w", t.key, want[i], err))
+				upFailed = upFailed || want[i] > cur
 				want[i] = cur
 			} else {
 				if fromZero && cur == 0 {
@@ -504,3 +510,21 @@ func boolGauge(b bool) float64 {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// writeScale sets t's replicas through its scale subresource. A conflict (the target was
+// written since its scale was read: its controller's status, an annotation) is retried on a
+// fresh read, since only the replica count is written and the decision does not depend on
+// what changed.
+func (r *Reconciler) writeScale(ctx context.Context, t *target, replicas int32) error {
+	sc := t.scale.DeepCopy()
+	for attempt := 0; ; attempt++ {
+		sc.Spec.Replicas = replicas
+		_, err := r.Scales.Scales(t.ns).Update(ctx, t.gr, sc, metav1.UpdateOptions{})
+		if err == nil || !apierrors.IsConflict(err) || attempt == 2 {
+			return err
+		}
+		if sc, err = r.Scales.Scales(t.ns).Get(ctx, t.gr, t.name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+	}
+}
