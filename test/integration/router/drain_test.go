@@ -36,34 +36,7 @@ import (
 // while it waits the ModelServing's DisruptionAllowed condition says why.
 func TestNodeDrainMovesWholeGroupsUnderLoad(t *testing.T) {
 	w := newWorld(t, 6)
-	w.apply(`
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: ModelServing
-metadata: {name: drain}
-spec:
-  schedulerName: berth-scheduler
-  replicas: 4
-  template:
-    roles:
-    - name: server
-      replicas: 2
-      entryTemplate:
-        metadata: {labels: {berth.test/timescale: "0.1"}}
-        spec:
-          containers:
-          - name: vllm
-            image: vllm/vllm-openai:v0.11.0
-            args: ["--model", "base-model"]
-            ports: [{containerPort: 8000}]
-            resources: {limits: {nvidia.com/gpu: "4"}}
-`, `
-apiVersion: networking.serving.volcano.sh/v1alpha1
-kind: ModelServer
-metadata: {name: drain}
-spec:
-  inferenceEngine: vLLM
-  workloadSelector: {matchLabels: {modelserving.volcano.sh/name: drain}}
-`, `
+	w.apply(servingYAML("drain", 4, 2, "0.1", 4), serverYAML("drain"), `
 apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelRoute
 metadata: {name: drain}

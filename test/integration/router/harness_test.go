@@ -231,3 +231,42 @@ func statusOf(err error) int {
 	}
 	return 0
 }
+
+// servingYAML is a ModelServing of groups ServingGroups, each one role "server" of
+// perGroup engine pods asking gpus GPUs each, for berth-scheduler, its simulated engines
+// running at timescale (the berth.test/timescale label).
+func servingYAML(name string, groups, perGroup int, timescale string, gpus int) string {
+	return fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata: {name: %s}
+spec:
+  schedulerName: berth-scheduler
+  replicas: %d
+  template:
+    roles:
+    - name: server
+      replicas: %d
+      entryTemplate:
+        metadata: {labels: {berth.test/timescale: "%s"}}
+        spec:
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.11.0
+            args: ["--model", "base-model"]
+            ports: [{containerPort: 8000}]
+            resources: {limits: {nvidia.com/gpu: "%d"}}
+`, name, groups, perGroup, timescale, gpus)
+}
+
+// serverYAML is a ModelServer of the same name selecting every pod of ModelServing name.
+func serverYAML(name string) string {
+	return fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelServer
+metadata: {name: %[1]s}
+spec:
+  inferenceEngine: vLLM
+  workloadSelector: {matchLabels: {modelserving.volcano.sh/name: %[1]s}}
+`, name)
+}

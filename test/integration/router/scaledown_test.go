@@ -28,34 +28,7 @@ import (
 // the streams open on sd-2 finish whole.
 func TestScaleDownKeepsTheGroupTheRoutersUse(t *testing.T) {
 	w := newWorld(t, 1)
-	w.apply(`
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: ModelServing
-metadata: {name: sd}
-spec:
-  schedulerName: berth-scheduler
-  replicas: 3
-  template:
-    roles:
-    - name: server
-      replicas: 1
-      entryTemplate:
-        metadata: {labels: {berth.test/timescale: "1"}}
-        spec:
-          containers:
-          - name: vllm
-            image: vllm/vllm-openai:v0.11.0
-            args: ["--model", "base-model"]
-            ports: [{containerPort: 8000}]
-            resources: {limits: {nvidia.com/gpu: "1"}}
-`, `
-apiVersion: networking.serving.volcano.sh/v1alpha1
-kind: ModelServer
-metadata: {name: sd}
-spec:
-  inferenceEngine: vLLM
-  workloadSelector: {matchLabels: {modelserving.volcano.sh/name: sd}}
-`, `
+	w.apply(servingYAML("sd", 3, 1, "1", 1), serverYAML("sd"), `
 apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelServer
 metadata: {name: sd-hot}

@@ -357,34 +357,7 @@ func TestPodsComeAndGoUnderLoad(t *testing.T) {
 	t.Logf("seed %d (BERTH_SEED=%d replays it)", seed, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 11))
 	w := newWorld(t, 1)
-	w.apply(`
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: ModelServing
-metadata: {name: churn}
-spec:
-  schedulerName: berth-scheduler
-  replicas: 3
-  template:
-    roles:
-    - name: server
-      replicas: 1
-      entryTemplate:
-        metadata: {labels: {berth.test/timescale: "0.1"}}
-        spec:
-          containers:
-          - name: vllm
-            image: vllm/vllm-openai:v0.11.0
-            args: ["--model", "base-model"]
-            ports: [{containerPort: 8000}]
-            resources: {limits: {nvidia.com/gpu: "1"}}
-`, `
-apiVersion: networking.serving.volcano.sh/v1alpha1
-kind: ModelServer
-metadata: {name: churn}
-spec:
-  inferenceEngine: vLLM
-  workloadSelector: {matchLabels: {modelserving.volcano.sh/name: churn}}
-`, `
+	w.apply(servingYAML("churn", 3, 1, "0.1", 1), serverYAML("churn"), `
 apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelRoute
 metadata: {name: churn}
