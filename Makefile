@@ -1,6 +1,8 @@
 # Berth — build, generate and test. `make test` is the one test command; .ci/run calls it.
 SHELL := /bin/bash
 GO ?= go
+# go test, with a summary of the failed tests printed last (CI shows a run's tail)
+GOTEST = GO=$(GO) hack/gotest/run.sh
 CONTROLLER_GEN := $(GO) tool controller-gen
 # Generated files: make test fails when these differ from what the generators produce.
 GENERATED = $(shell find pkg/apis -name 'zz_generated.*.go') $(shell find manifests/crds -name '*.yaml' -o -name '*.json') $(RBAC_GENERATED) $(CHART_FILES)
@@ -124,14 +126,14 @@ MODULE := $(shell $(GO) list -m)
 RACE_PACKAGES = $(shell $(GO) list ./pkg/... ./internal/... | grep -v '^$(MODULE)/internal/sandbox$$')
 PLAIN_UNIT_PACKAGES = $(shell $(GO) list ./... | grep -v '^$(MODULE)/test/' | grep -v -E '^$(MODULE)/(pkg|internal)/') $(MODULE)/internal/sandbox
 test-unit: test-deps
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PACKAGES)
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PLAIN_UNIT_PACKAGES)
+	CGO_ENABLED=1 $(GOTEST) -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PACKAGES)
+	$(GOTEST) -count=1 -timeout $(TEST_TIMEOUT) $(PLAIN_UNIT_PACKAGES)
 
 ## test-integration: test/integration and test/e2e (the sandbox), without -race: each
 ## package starts an apiserver and etcd, which under the race detector run several times
 ## slower and would take make test further past 30 minutes. .ci/run adds test-race-integration.
 test-integration: test-deps
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./test/...
+	$(GOTEST) -count=1 -timeout $(TEST_TIMEOUT) ./test/...
 
 ## test-race-integration: the router, gang and autoscale integration packages again under the
 ## race detector (the router's picks, scrapes, drains and shared state; the gang plugin's
@@ -139,7 +141,7 @@ test-integration: test-deps
 ## after make test, once per CI run: about 25 minutes on this machine.
 RACE_INTEGRATION_PACKAGES = ./test/integration/router ./test/integration/gang ./test/integration/autoscale
 test-race-integration: test-deps
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_INTEGRATION_PACKAGES)
+	CGO_ENABLED=1 $(GOTEST) -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_INTEGRATION_PACKAGES)
 
 ## test-deps: what the tests need beyond Go. The router's tests start a real redis-server,
 ## routerbench's smoke test runs nginx (/usr/sbin/nginx) as the router's peer, and the race

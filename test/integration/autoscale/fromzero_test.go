@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,4 +176,104 @@ func TestScaleFromZeroAnswersHeldRequestsInArrivalOrder(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"0", "1", "2"}, order, "the held requests reached the engine in arrival order")
+}
+
+// boosterAtZero is a ModelBooster whose two backends both start at zero (minReplicas 0):
+// one model-wide policy, so one optimizer binding spreads the demand cheapest first. Each
+// backend's route weight is 50, so the router may write the demand on either.
+const boosterAtZero = `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelBooster
+metadata: {name: idle}
+spec:
+  name: idle-model
+  autoscalingPolicy:
+    tolerancePercent: 10
+    metrics:
+    - {metricName: "vllm:num_requests_running", targetValue: "2"}
+    behavior:
+      scaleDown: {instances: 1, percent: 100, period: 1s, stabilizationWindow: 60s}
+  backends:
+  - name: cheap
+    type: vLLM
+    modelURI: hf://Qwen/Qwen3-8B
+    minReplicas: 0
+    maxReplicas: 2
+    scalingCost: 10
+    routeWeight: 50
+    workers:
+    - {type: server, image: vllm/vllm-openai:v0.11.0, replicas: 1, pods: 1, resources: {limits: {nvidia.com/gpu: "1"}}}
+  - name: dear
+    type: vLLM
+    modelURI: hf://Qwen/Qwen3-8B
+    minReplicas: 0
+    maxReplicas: 2
+    scalingCost: 100
+    routeWeight: 50
+    workers:
+    - {type: server, image: vllm/vllm-openai:v0.11.0, replicas: 1, pods: 1, resources: {limits: {nvidia.com/gpu: "1"}}}
+`
+
+// A ModelBooster backend at zero scales from zero as a ModelServing does: the router holds
+// a request for the model, writes the demand on a backend's ModelServing, the booster's
+// optimizer binding brings up the cheapest backend (not necessarily the one the demand was
+// written on), berth-scheduler places it, and the held request is answered by it. The
+// dearer backend stays at zero throughout.
+func TestBoosterBackendScalesFromZero(t *testing.T) {
+	w := newWorld(t, 2)
+	logs := w.watchReplicas("idle-cheap", "idle-dear")
+	w.apply(boosterAtZero)
+	w.eventually("the router routes idle-model to both backends, each at zero replicas", 30*time.Second, func() bool {
+		snap := rt.View().Snapshot()
+		for _, name := range []string{"idle-cheap", "idle-dear"} {
+			if s := snap.Server(w.ns, name); s == nil || s.Workload == nil || s.Workload.Replicas != 0 {
+				return false
+			}
+		}
+		return slices.Contains(snap.Routes.Models(), "idle-model")
+	})
+	w.decided(3, "idle")
+	require.Equal(t, []int32{0}, logs["idle-cheap"].values(), "nothing scaled a backend before a request came")
+
+	body := `{"model":"idle-model","max_tokens":4,"messages":[{"role":"user","content":"are you awake?"}]}`
+	type answer struct {
+		status   int
+		body     string
+		endpoint string
+		err      error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(w.ctx, http.MethodPost, "http://"+rt.Addr()+"/v1/chat/completions", bytes.NewBufferString(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- answer{status: resp.StatusCode, body: string(b), endpoint: resp.Header.Get("X-Berth-Endpoint")}
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the request was not answered within 90s")
+	}
+	require.NoError(t, a.err)
+	require.Equal(t, http.StatusOK, a.status, "answered once a backend came up: %s", a.body)
+	assert.True(t, strings.HasPrefix(a.endpoint, w.ns+"/idle-cheap-"), "answered by the cheap backend: %q", a.endpoint)
+	assert.GreaterOrEqual(t, routerMetric(t, "berth_router_held_requests_total", "", "released"), float64(1), "the request was held, then released")
+
+	cheap, dear := logs["idle-cheap"].values(), logs["idle-dear"].values()
+	require.GreaterOrEqual(t, len(cheap), 2, "the cheap backend's replicas: %v", cheap)
+	assert.Equal(t, []int32{0, 1}, cheap[:2], "the cheap backend scaled from zero to one")
+	assert.Equal(t, []int32{0}, dear, "the dear backend stayed at zero")
+	w.hasEvent("idle", "ScaledFromZero")
+	var pods corev1.PodList
+	require.NoError(t, cl.List(w.ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{workloadv1alpha1.ModelServingNameLabel: "idle-cheap"}))
+	require.Len(t, pods.Items, 1)
+	assert.Equal(t, "berth-scheduler", pods.Items[0].Spec.SchedulerName)
+	assert.NotEmpty(t, pods.Items[0].Spec.NodeName)
 }
