@@ -31,9 +31,20 @@ func (r *Reconciler) applyObjects(ctx context.Context, mb *workloadv1alpha1.Mode
 		}
 		return err
 	}
+	scalers, err := r.externalScalers(ctx, mb)
+	if err != nil {
+		return nil, err
+	}
 	for _, want := range objs.ModelServings {
 		if err := apply(want, &workloadv1alpha1.ModelServing{}, func(have, want client.Object) bool {
-			return syncServing(mb, have.(*workloadv1alpha1.ModelServing), want.(*workloadv1alpha1.ModelServing))
+			h, w := have.(*workloadv1alpha1.ModelServing), want.(*workloadv1alpha1.ModelServing)
+			scaler := scalers[w.Name]
+			if scaler != "" && h.Spec.Replicas != nil && w.Spec.Replicas != nil && *h.Spec.Replicas != *w.Spec.Replicas &&
+				!BackendAutoscaled(mb, backendOf(mb, w.Labels[workloadv1alpha1.ModelBoosterBackendLabel])) {
+				r.event(mb, h, corev1.EventTypeNormal, ReasonScaledByAutoscaler, actionSync,
+					"ModelServing %s keeps %d replicas (the backend's replicas: %d): %s scales it", h.Name, *h.Spec.Replicas, *w.Spec.Replicas, scaler)
+			}
+			return syncServing(mb, h, w, scaler)
 		}); err != nil {
 			return nil, err
 		}
@@ -204,10 +215,12 @@ func syncSpec[S any](haveMeta, wantMeta *metav1.ObjectMeta, have *S, want S) boo
 }
 
 // syncServing is syncSpec for a ModelServing, except that an autoscaled backend's replica
-// count is never written after creation: the autoscaler owns it (scale subresource).
-func syncServing(mb *workloadv1alpha1.ModelBooster, have, want *workloadv1alpha1.ModelServing) bool {
+// count is never written after creation: the autoscaler owns it (scale subresource). That
+// holds too for a fixed backend whose ModelServing an autoscaler outside the ModelBooster
+// scales (scaler names it; see scaledby.go).
+func syncServing(mb *workloadv1alpha1.ModelBooster, have, want *workloadv1alpha1.ModelServing, scaler string) bool {
 	spec := *want.Spec.DeepCopy()
-	if b := backendOf(mb, want.Labels[workloadv1alpha1.ModelBoosterBackendLabel]); b != nil && BackendAutoscaled(mb, b) {
+	if b := backendOf(mb, want.Labels[workloadv1alpha1.ModelBoosterBackendLabel]); b != nil && (BackendAutoscaled(mb, b) || scaler != "") {
 		spec.Replicas = have.Spec.Replicas
 	}
 	return syncSpec(&have.ObjectMeta, &want.ObjectMeta, &have.Spec, spec)

@@ -19,6 +19,9 @@ const (
 	// ReasonLoaded and ReasonUnloaded: a LoRA adapter was loaded into, or unloaded from, an engine.
 	ReasonLoaded   = "AdapterLoaded"
 	ReasonUnloaded = "AdapterUnloaded"
+	// ReasonScaledByAutoscaler: a fixed backend's ModelServing keeps the replica count an
+	// autoscaler outside the ModelBooster gave it (scaledby.go).
+	ReasonScaledByAutoscaler = "ScaledByAutoscaler"
 )
 
 // Actions of those events (events.k8s.io/v1 requires one): what the controller did.

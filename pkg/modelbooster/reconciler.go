@@ -65,6 +65,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&networkingv1alpha1.ModelRoute{}).
 		Owns(&workloadv1alpha1.AutoscalingPolicy{}).
 		Owns(&workloadv1alpha1.AutoscalingPolicyBinding{}).
+		// Someone else's autoscaler naming a generated ModelServing owns its replica count.
+		Watches(&workloadv1alpha1.AutoscalingPolicy{}, handler.EnqueueRequestsFromMapFunc(r.boostersOfScaler)).
+		Watches(&workloadv1alpha1.AutoscalingPolicyBinding{}, handler.EnqueueRequestsFromMapFunc(r.boostersOfScaler)).
 		// Entry pods becoming Ready (or restarting) are when adapters must be loaded.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.boosterOfPod), builder.WithPredicates(entryPodChanged())).
 		Complete(r)

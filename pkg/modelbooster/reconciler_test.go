@@ -33,42 +33,46 @@ func TestSyncSpecIgnoresServerDefaultsButNotRealChanges(t *testing.T) {
 	have.Spec.RolloutStrategy = &workloadv1alpha1.RolloutStrategy{Type: workloadv1alpha1.ServingGroupRollingUpdate}
 	have.Spec.Template.RestartGracePeriodSeconds = ptr.To[int64](0)
 	have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Ports[0].Protocol = corev1.ProtocolTCP
-	assert.False(t, syncServing(mb, have, want), "server defaults alone cause no write")
+	assert.False(t, syncServing(mb, have, want, ""), "server defaults alone cause no write")
 	assert.Equal(t, "infra", have.Labels["team"])
 
 	// Someone edited a generated field: it is put back.
 	have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image = "other"
-	assert.True(t, syncServing(mb, have, want))
+	assert.True(t, syncServing(mb, have, want, ""))
 	assert.Equal(t, "vllm/vllm-openai:v0.11.0", have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image)
 	assert.Equal(t, "infra", have.Labels["team"], "others' labels are kept")
 
 	// The ModelBooster dropped a field (affinity): the hash changes, the spec is replaced.
 	mb.Spec.Backends[0].Workers[0].Affinity = nil
 	want = build(t, mb).ModelServings[0]
-	assert.True(t, syncServing(mb, have, want))
+	assert.True(t, syncServing(mb, have, want, ""))
 	assert.Nil(t, have.Spec.Template.Roles[0].EntryTemplate.Spec.Affinity)
 
 	// Not autoscaled: replicas are put back to max(minReplicas, 1).
 	have.Spec.Replicas = ptr.To[int32](5)
-	assert.True(t, syncServing(mb, have, want))
+	assert.True(t, syncServing(mb, have, want, ""))
 	assert.Equal(t, int32(2), *have.Spec.Replicas)
+	// ... unless an autoscaler outside the ModelBooster scales the ModelServing: its count stays.
+	have.Spec.Replicas = ptr.To[int32](5)
+	assert.False(t, syncServing(mb, have, want, "AutoscalingPolicy mine"))
+	assert.Equal(t, int32(5), *have.Spec.Replicas)
 
 	// Autoscaled: the autoscaler's count stays, even when the template changes.
 	mb.Spec.AutoscalingPolicy = &workloadv1alpha1.AutoscalingPolicySpec{}
 	mb.Spec.Backends[0].Workers[0].Image = "vllm/vllm-openai:v0.12.0"
 	want = build(t, mb).ModelServings[0]
 	have.Spec.Replicas = ptr.To[int32](5)
-	assert.True(t, syncServing(mb, have, want))
+	assert.True(t, syncServing(mb, have, want, ""))
 	assert.Equal(t, int32(5), *have.Spec.Replicas)
 	assert.Equal(t, "vllm/vllm-openai:v0.12.0", have.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image)
-	assert.False(t, syncServing(mb, have, want))
+	assert.False(t, syncServing(mb, have, want, ""))
 
 	// The scale-to-zero annotation follows the spec both ways.
 	mb.Spec.Backends[0].ScaleToZeroGracePeriod = &metav1.Duration{Duration: 90 * time.Second}
-	assert.True(t, syncServing(mb, have, build(t, mb).ModelServings[0]))
+	assert.True(t, syncServing(mb, have, build(t, mb).ModelServings[0], ""))
 	assert.Equal(t, "1m30s", have.Annotations[workloadv1alpha1.ScaleToZeroGracePeriodAnnotation])
 	mb.Spec.Backends[0].ScaleToZeroGracePeriod = nil
-	assert.True(t, syncServing(mb, have, build(t, mb).ModelServings[0]))
+	assert.True(t, syncServing(mb, have, build(t, mb).ModelServings[0], ""))
 	assert.NotContains(t, have.Annotations, workloadv1alpha1.ScaleToZeroGracePeriodAnnotation)
 }
 

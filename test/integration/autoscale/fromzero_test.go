@@ -277,3 +277,56 @@ func TestBoosterBackendScalesFromZero(t *testing.T) {
 	assert.Equal(t, "berth-scheduler", pods.Items[0].Spec.SchedulerName)
 	assert.NotEmpty(t, pods.Items[0].Spec.NodeName)
 }
+
+// kthena10AtZero is a ModelBooster as Kthena 1.0 writes it (one backend, fixed replicas, here
+// 0) and, beside it, the Kthena 1.0 AutoscalingPolicy its user writes to scale the generated
+// ModelServing (<booster>-<backend>) between 0 and 1.
+var kthena10AtZero = []string{`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelBooster
+metadata: {name: k1}
+spec:
+  name: k1-model
+  backend:
+    name: gpu
+    type: vLLM
+    modelURI: hf://Qwen/Qwen3-8B
+    replicas: 0
+    workers:
+    - {type: server, image: vllm/vllm-openai:v0.11.0, replicas: 1, pods: 1, resources: {limits: {nvidia.com/gpu: "1"}}}
+`, homogeneousPolicyYAML("k1-scaler", "k1-gpu", 0, 1, `
+    scaleDown: {instances: 1, percent: 100, period: 1s, stabilizationWindow: 60s}`)}
+
+// A Kthena 1.0 ModelBooster backend at zero, scaled by the user's own Kthena 1.0 policy,
+// comes up from zero for a held request, and the ModelBooster does not put its fixed count
+// back over the autoscaler's (it would, for a backend no autoscaler names): the replicas go
+// 0 -> 1 once and stay, and the ModelBooster says why in an event.
+func TestKthena10BoosterBackendScalesFromZero(t *testing.T) {
+	w := newWorld(t, 1)
+	log := w.watchReplicas("k1-gpu")["k1-gpu"]
+	w.apply(kthena10AtZero...)
+	w.eventually("the router routes k1-model to the backend at zero replicas", 30*time.Second, func() bool {
+		snap := rt.View().Snapshot()
+		s := snap.Server(w.ns, "k1-gpu")
+		return s != nil && s.Workload != nil && s.Workload.Replicas == 0 && slices.Contains(snap.Routes.Models(), "k1-model")
+	})
+	w.eventually("the policy has decided", 20*time.Second, func() bool { return w.decisions("autoscalingpolicy/k1-scaler") >= 3 })
+
+	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, "http://"+rt.Addr()+"/v1/chat/completions",
+		strings.NewReader(`{"model":"k1-model","max_tokens":4,"messages":[{"role":"user","content":"wake up"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 90 * time.Second}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "answered once the backend came up: %s", b)
+
+	// A few of the ModelBooster's reconciles later (pods becoming Ready each cause one), the
+	// count is still the autoscaler's.
+	w.waitAvailable("k1-gpu", 1)
+	time.Sleep(2 * time.Second)
+	assert.Equal(t, []int32{0, 1}, log.values(), "scaled 0 -> 1 once; the ModelBooster never put its 0 back")
+	w.hasEventOn("ModelBooster", "k1", "ScaledByAutoscaler")
+}
