@@ -309,7 +309,8 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		if !rep.scaledUp {
 			return errors.New("no autoscaler scaled anything up under the load (is an AutoscalingPolicyBinding or a ModelBooster with a policy applied?)")
 		}
-		return nil
+		// Then a node drain under load: its ServingGroups move whole (drain.go).
+		return runDrain(ctx, cl, routerURL, out)
 	}
 	return watch(ctx, o, out, cl, newTracked(objs), failed, kubeconfigHint, onAvailable)
 }

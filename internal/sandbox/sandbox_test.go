@@ -237,6 +237,12 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, err)
 	doc = strings.ReplaceAll(string(raw), "namespace: default", "namespace: sandbox-load")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "from-zero.yaml"), []byte(doc), 0o600))
+	// And a ModelServing of two groups, each with its GPUs from a DRA claim: after the load,
+	// the node of its group 0 is drained while streams for its model run.
+	raw, err = os.ReadFile(filepath.Join("..", "..", "examples", "modelserving-dra-gpus.yaml"))
+	require.NoError(t, err)
+	doc = strings.ReplaceAll(string(raw), "namespace: default", "namespace: sandbox-load")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "dra.yaml"), []byte(doc), 0o600))
 	o := options()
 	o.ExamplesDir = dir
 	// Real-time engines: requests hold their batch slots as long as on a GPU, so 160 in
@@ -257,6 +263,11 @@ func TestLoad(t *testing.T) {
 	assert.Contains(t, out.String(), "qwen3-4b: 3 held requests answered once it came up from zero")
 	assert.Regexp(t, `replicas llama-3-1-8b-a100=\d+ llama-3-1-8b-h100=[2-9]`, out.String(), "the H100 backend grew past its minimum of 1")
 	assert.Contains(t, out.String(), "PANIC", "a jump from 1 engine to 160 in flight is a burst")
+	// The drain: the node's groups moved whole, at least one group kept serving, no stream
+	// failed. (The target is the routed ModelServing with the most groups available: the
+	// autoscaled H100 backend after the load, or qwen3-32b-dra with its two DRA groups.)
+	assert.Regexp(t, `drain: cordoning \S+, which holds ServingGroup \S+-0 of sandbox-load/\S+ \([2-9] available\)`, out.String())
+	assert.Regexp(t, `drain: \d ServingGroups? moved off \S+ whole \([^)]+\); available groups never below [1-9] of [2-9]; [1-9]\d* streams answered during the drain, 0 failed`, out.String())
 }
 
 // syncBuffer is an io.Writer the sandbox writes to while the test reads it.
