@@ -108,6 +108,7 @@ func main() {
 	pdCSV := flag.String("pd-csv", "/tmp/routerbench-pdtopology.csv", "pd-topology: one line per request: pairing, level shared, TTFT (empty: none)")
 	doScaledown := flag.Bool("scaledown", false, "run the scale-down experiment: the quality workload on -quality-engines groups of a ModelServing, one removed halfway by the highest ordinal and by the routers' deletion costs (alone, unless -overhead or -quality is given too)")
 	sdWindow := flag.Duration("scaledown-window", time.Minute, "scaledown: simulated time after the scale-down whose requests are measured")
+	sdSkew := flag.Float64("scaledown-skew", 0, "scaledown: above 1, draw each request's system prompt by Zipf popularity of this exponent (some groups then hold hot prompt families, others cold ones); runs: -runs")
 	sdCSV := flag.String("scaledown-csv", "/tmp/routerbench-scaledown.csv", "scaledown: the window's TTFTs, one line per request (empty: none)")
 	replicas := flag.String("replicas", "", "replicas: comma-separated router replica counts to run the quality workload through (e.g. 1,2,4; needs redis-server on PATH); empty: not run")
 	flag.Parse()
@@ -224,6 +225,8 @@ func main() {
 		fmt.Println(t)
 	}
 	if *doScaledown {
+		qcfg := qcfg
+		qcfg.skew = *sdSkew
 		t, err := runScaledown(ctx, c, scaledownConfig{quality: qcfg, window: *sdWindow, csv: *sdCSV})
 		if err != nil {
 			c.stop()

@@ -33,6 +33,9 @@ type qualityConfig struct {
 	realSeconds  float64 // arrival span in real time per configuration
 	runs         int
 	seed         uint64
+	// skew, above 1, draws each request's system prompt from a Zipf distribution of that
+	// exponent (prompt 0 the most popular) instead of from its user (-scaledown-skew).
+	skew float64
 	// rec, when not nil, keeps every TTFT for -figures.
 	rec *recorder
 }
@@ -110,12 +113,20 @@ func (cfg qualityConfig) workload(run int) []arrival {
 		Stream    bool      `json:"stream"`
 	}
 	out := make([]arrival, cfg.requests)
+	var zipf *rand.Zipf
+	if cfg.skew > 1 {
+		zipf = rand.NewZipf(rng, cfg.skew, 1, uint64(cfg.prompts-1))
+	}
 	var at float64
 	for i := range out {
 		at += rng.ExpFloat64() / perSec
 		u := rng.IntN(cfg.users)
+		prompt := u % cfg.prompts
+		if zipf != nil {
+			prompt = int(zipf.Uint64())
+		}
 		body, _ := json.Marshal(request{Model: modelName, MaxTokens: cfg.maxTokens, Stream: true, Messages: []message{
-			{Role: "system", Content: prompts[u%cfg.prompts]},
+			{Role: "system", Content: prompts[prompt]},
 			{Role: "user", Content: words(rng, fmt.Sprintf("User %d, question %d: ", u, i), cfg.userTokens*4)},
 		}})
 		out[i] = arrival{at: time.Duration(at * float64(time.Second)), body: body}

@@ -80,27 +80,33 @@ func runScaledown(ctx context.Context, c *cluster, cfg scaledownConfig) (string,
 	q := cfg.quality
 	ips := engineIPs(40, q.engines)
 	ecfg, perSec := q.engineConfig()
-	load := q.workload(0)
-	at := load[len(load)/2].at
-	window := min(cfg.window, load[len(load)-1].at-at)
-	progress("scaledown: %.1f requests/s (simulated), %d groups to %d at simulated %.0fs, window %.0fs, TimeScale %.3f",
-		perSec, q.engines, q.engines-1, at.Seconds(), window.Seconds(), ecfg.TimeScale)
-	out := map[string]scaledownOutcome{}
+	runs := max(1, q.runs)
+	progress("scaledown: %.1f requests/s (simulated), %d groups to %d halfway, window %.0fs, TimeScale %.3f, %d runs, prompt skew %.2f",
+		perSec, q.engines, q.engines-1, cfg.window.Seconds(), ecfg.TimeScale, runs, q.skew)
+	// out[run][policy]
+	out := make([]map[string]scaledownOutcome, runs)
 	var csv strings.Builder
-	csv.WriteString("policy,ttft_ms\n")
-	for _, p := range scaledownPolicies {
-		if err := c.servingPods(ctx, ips); err != nil {
-			return "", err
-		}
-		o, err := scaledownOnce(ctx, c, ecfg, ips, load, at, window, p)
-		if err != nil {
-			return "", err
-		}
-		progress("  %s: removed %s (costs %s); TTFT p50 %.0f p90 %.0f p99 %.0f ms over %d requests, hit rate %.0f%%, %d errors",
-			p.name, o.victim, o.costs, o.p50, o.p90, o.p99, o.inWindow, 100*o.hitRate, o.errs)
-		out[p.name] = o
-		for _, t := range o.ttft {
-			fmt.Fprintf(&csv, "%q,%.1f\n", p.name, t)
+	csv.WriteString("run,policy,ttft_ms\n")
+	var at, window time.Duration
+	for run := range runs {
+		load := q.workload(run)
+		at = load[len(load)/2].at
+		window = min(cfg.window, load[len(load)-1].at-at)
+		out[run] = map[string]scaledownOutcome{}
+		for _, p := range scaledownPolicies {
+			if err := c.servingPods(ctx, ips); err != nil {
+				return "", err
+			}
+			o, err := scaledownOnce(ctx, c, ecfg, ips, load, at, window, p)
+			if err != nil {
+				return "", err
+			}
+			progress("  run %d, %s: removed %s (costs %s); TTFT p50 %.0f p90 %.0f p99 %.0f ms over %d requests, hit rate %.0f%%, %d errors",
+				run, p.name, o.victim, o.costs, o.p50, o.p90, o.p99, o.inWindow, 100*o.hitRate, o.errs)
+			out[run][p.name] = o
+			for _, t := range o.ttft {
+				fmt.Fprintf(&csv, "%d,%q,%.1f\n", run, p.name, t)
+			}
 		}
 	}
 	if cfg.csv != "" {
@@ -110,22 +116,70 @@ func runScaledown(ctx context.Context, c *cluster, cfg scaledownConfig) (string,
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Scale-down: %d groups to %d under the quality workload\n\n", q.engines, q.engines-1)
-	fmt.Fprintf(&b, "%d system prompts of %d tokens, %d users, %d requests at %.1f requests/s (simulated, %.0f%% of what the %d engines serve at round robin's hit rate); "+
-		"berth-router with its default scorers, publishing deletion costs; the scale-down at simulated %.0f s removes one group by berth-controller's rule, "+
-		"TTFT (simulated ms) of the requests due in the %.0f s after it. Prefix cache %d blocks per engine; TimeScale %.3f. One run, seed %d.\n\n",
-		q.prompts, q.systemTokens, q.users, q.requests, perSec, 100*q.load, q.engines, at.Seconds(), window.Seconds(), ecfg.PrefixCacheBlocks, ecfg.TimeScale, q.seed)
-	b.WriteString("| group removed by | removed | group costs then | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | prefix-cache hit rate after | requests | errors |\n")
-	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, p := range scaledownPolicies {
-		o := out[p.name]
-		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %.0f | %.0f%% | %d | %d |\n", p.name, o.victim, o.costs, o.p50, o.p90, o.p99, 100*o.hitRate, o.inWindow, o.errs)
+	popularity := "each user's system prompt fixed, users uniform"
+	if q.skew > 1 {
+		popularity = fmt.Sprintf("system prompts drawn by popularity, Zipf exponent %.2f", q.skew)
+	}
+	fmt.Fprintf(&b, "%d system prompts of %d tokens (%s), %d requests at %.1f requests/s (simulated, %.0f%% of what the %d engines serve at round robin's hit rate); "+
+		"berth-router with its default scorers, publishing deletion costs; halfway (simulated %.0f s) one group is removed by berth-controller's rule, "+
+		"TTFT (simulated ms) of the requests due in the %.0f s after it. Prefix cache %d blocks per engine; TimeScale %.3f. %d runs (seed %d, run r draws workload r); "+
+		"both rules see the same workload in a run.\n\n",
+		q.prompts, q.systemTokens, popularity, q.requests, perSec, 100*q.load, q.engines, at.Seconds(), window.Seconds(), ecfg.PrefixCacheBlocks, ecfg.TimeScale, runs, q.seed)
+	b.WriteString("| run | group removed by | removed | group costs then | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | prefix-cache hit rate after | requests | errors |\n")
+	b.WriteString("|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for run := range runs {
+		for _, p := range scaledownPolicies {
+			o := out[run][p.name]
+			fmt.Fprintf(&b, "| %d | %s | %s | %s | %.0f | %.0f | %.0f | %.0f%% | %d | %d |\n", run, p.name, o.victim, o.costs, o.p50, o.p90, o.p99, 100*o.hitRate, o.inWindow, o.errs)
+		}
+	}
+	// The summary: medians over the runs, and over the runs where the rules removed different
+	// groups (where they removed the same one, the difference is the run's noise).
+	b.WriteString("\n| group removed by | median TTFT p90 ms, all runs | median TTFT p90 ms, runs with different victims | median hit rate after |\n|---|---:|---:|---:|\n")
+	differ := 0
+	for run := range runs {
+		if out[run][scaledownPolicies[0].name].victim != out[run][scaledownPolicies[1].name].victim {
+			differ++
+		}
 	}
 	for _, p := range scaledownPolicies {
-		if o := out[p.name]; o.firstErr != nil {
-			fmt.Fprintf(&b, "\nFirst error with %s: %v\n", p.name, o.firstErr)
+		var all, diff, hits []float64
+		for run := range runs {
+			o := out[run][p.name]
+			all, hits = append(all, o.p90), append(hits, o.hitRate)
+			if out[run][scaledownPolicies[0].name].victim != out[run][scaledownPolicies[1].name].victim {
+				diff = append(diff, o.p90)
+			}
+		}
+		d := "-"
+		if len(diff) > 0 {
+			d = fmt.Sprintf("%.0f", median(diff))
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %.0f%% |\n", p.name, median(all), d, 100*median(hits))
+	}
+	fmt.Fprintf(&b, "\nThe rules removed different groups in %d of %d runs.\n", differ, runs)
+	for run := range runs {
+		for _, p := range scaledownPolicies {
+			if o := out[run][p.name]; o.firstErr != nil {
+				fmt.Fprintf(&b, "\nFirst error in run %d with %s: %v\n", run, p.name, o.firstErr)
+			}
 		}
 	}
 	return b.String(), nil
+}
+
+// median of vals (the mean of the middle two for an even count).
+func median(vals []float64) float64 {
+	if len(vals) == 0 {
+		return 0
+	}
+	v := slices.Clone(vals)
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 // scaledownOnce starts fresh engines and a router, replays load, removes a group at

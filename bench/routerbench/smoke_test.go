@@ -203,14 +203,18 @@ func TestScaledownSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + table)
+	// Each run's rows start with the run's number; the summary's with the rule.
 	for _, p := range scaledownPolicies {
-		row := tableRow(table, p.name)
-		if row == nil || len(row) != 9 || row[8] != "0" || !strings.HasPrefix(row[1], "sd-") || strings.Count(row[2], "sd-") != 4 {
-			t.Errorf("scaledown row for %s: %q; want 9 cells, a group removed, every group's cost and no errors", p.name, row)
+		row := tableRow(table, "0 | "+p.name)
+		if row == nil || len(row) != 10 || row[9] != "0" || !strings.HasPrefix(row[2], "sd-") || strings.Count(row[3], "sd-") != 4 {
+			t.Errorf("scaledown row of run 0 for %s: %q; want 10 cells, a group removed, every group's cost and no errors", p.name, row)
+		}
+		if sum := tableRow(table, p.name); sum == nil || len(sum) != 4 {
+			t.Errorf("scaledown summary row for %s: %q; want 4 cells", p.name, sum)
 		}
 	}
-	if row := tableRow(table, scaledownPolicies[0].name); row != nil && row[1] != "sd-3" {
-		t.Errorf("the blind rule removed %s, want the highest ordinal sd-3", row[1])
+	if row := tableRow(table, "0 | "+scaledownPolicies[0].name); row != nil && row[2] != "sd-3" {
+		t.Errorf("the blind rule removed %s, want the highest ordinal sd-3", row[2])
 	}
 	if b, err := os.ReadFile(csvPath); err != nil || strings.Count(string(b), "\n") < 10 {
 		t.Errorf("the CSV holds too little (%v): %.200s", err, b)
