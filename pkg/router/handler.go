@@ -328,6 +328,19 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		x.attempts = attempt
+		if attempt > 1 {
+			// A retry picks among what the router sees now, not what it saw when the request
+			// came: during a rollout or a drain the endpoint that failed is often going away
+			// and its replacement has just become Ready (seen: a role rollout's last old
+			// prefill refused the connection while the new one was missing from the
+			// request's snapshot, and the request failed with "no pair left").
+			snap = r.view.Snapshot()
+			if cur.server != nil {
+				if s := snap.Server(ns, cur.target.Name); s != nil {
+					cur.server = s
+				}
+			}
+		}
 		if attempt > 1 && cur.provider != nil {
 			if next, found := fallover(); found {
 				cur = next
@@ -435,7 +448,7 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 		endAttempt(attemptSpan, status, err, reason)
 		r.metrics.retries.WithLabelValues(x.server, reason).Inc()
 		r.log.V(1).Info("retrying", "target", cur.String(), "failed", dst.name, "reason", lastErr.Error(), "attempt", attempt)
-		for _, a := range dst.addrs {
+		for _, a := range dst.failed(err) {
 			tried[a] = true
 		}
 		if attempt < policyAttempts && pol.RetryInterval > 0 {
@@ -541,6 +554,20 @@ type target struct {
 	url   string // whole-request endpoint
 	pd    proxy.PDTarget
 	addrs []string // every address used (excluded on retry)
+}
+
+// failed is what an attempt's failure rules out for the retries: of a prefill/decode pair
+// the leg that failed (a failed prefill says nothing about its decode, nor a failed decode
+// about its prefill: seen in a role rollout, where a decode going away also ruled out the one
+// prefill left and the request failed with "no pair left"), else every address used.
+func (t target) failed(err error) []string {
+	if t.pd.PrefillURL != "" && len(t.addrs) == 2 {
+		if errors.As(err, new(*proxy.PrefillError)) {
+			return t.addrs[:1]
+		}
+		return t.addrs[1:]
+	}
+	return t.addrs
 }
 
 // choose picks an endpoint (or a prefill/decode pair in one PD group) not yet tried.

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -32,53 +33,7 @@ import (
 func TestPDRolloutPairsWithinARevision(t *testing.T) {
 	w := newWorld(t, 1)
 	const name = "pdroll"
-	role := func(r string) string {
-		return fmt.Sprintf(`
-    - name: %s
-      replicas: 1
-      entryTemplate:
-        metadata: {labels: {%s: v1}}
-        spec:
-          containers:
-          - name: vllm
-            image: vllm/vllm-openai:v0.11.0
-            args: ["--model", "base-model"]
-            ports: [{containerPort: 8000}]
-            resources: {limits: {nvidia.com/gpu: "1"}}`, r, kvVersionLabel)
-	}
-	w.apply(fmt.Sprintf(`
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: ModelServing
-metadata: {name: %[1]s}
-spec:
-  schedulerName: berth-scheduler
-  replicas: 2
-  rolloutStrategy:
-    type: ServingGroupRollingUpdate
-    rollingUpdateConfiguration: {maxUnavailable: 0, maxSurge: 1}
-  template:
-    roles:%[2]s%[3]s
-`, name, role("prefill"), role("decode")), fmt.Sprintf(`
-apiVersion: networking.serving.volcano.sh/v1alpha1
-kind: ModelServer
-metadata: {name: %[1]s}
-spec:
-  model: base-model
-  inferenceEngine: vLLM
-  workloadSelector:
-    matchLabels: {modelserving.volcano.sh/name: %[1]s}
-    pdGroup:
-      groupKey: modelserving.volcano.sh/name
-      prefillLabels: {modelserving.volcano.sh/role: prefill}
-      decodeLabels: {modelserving.volcano.sh/role: decode}
-`, name), fmt.Sprintf(`
-apiVersion: networking.serving.volcano.sh/v1alpha1
-kind: ModelRoute
-metadata: {name: %[1]s}
-spec:
-  modelName: %[1]s
-  rules: [{targetModels: [{modelServerName: %[1]s}]}]
-`, name))
+	w.apply(pdRolloutYAML(name, 2, "ServingGroupRollingUpdate\n    rollingUpdateConfiguration: {maxUnavailable: 0, maxSurge: 1}", 1, "", workloadv1alpha1.ModelServingNameLabel)...)
 	w.waitEndpoints(name, 4)
 	sameBefore, crossBefore := engines.Hub().Transfers()
 
@@ -104,27 +59,8 @@ spec:
 		}
 	}()
 
-	var sent, failed atomic.Int64
-	var failures sync.Map
-	var clients sync.WaitGroup
 	long := strings.Repeat("a system prompt long enough to fill a few KV blocks. ", 6)
-	for c := range 6 {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			oc := client_(c % 2)
-			for i := 0; ctx.Err() == nil; i++ {
-				sent.Add(1)
-				_, err := oc.Chat.Completions.New(w.ctx, openai.ChatCompletionNewParams{Model: name,
-					Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("%s c%d r%d", long, c, i))},
-					MaxTokens: openai.Int(8)})
-				if err != nil {
-					failed.Add(1)
-					failures.Store(fmt.Sprintf("c%d r%d", c, i), err.Error())
-				}
-			}
-		}()
-	}
+	load := w.chatLoad(ctx, name, 6, long)
 	time.Sleep(time.Second)
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ms := &workloadv1alpha1.ModelServing{}
@@ -156,14 +92,12 @@ spec:
 	})
 	time.Sleep(500 * time.Millisecond)
 	stop()
-	clients.Wait()
-
-	failures.Range(func(k, v any) bool { t.Logf("failed %s: %s", k, v); return true })
+	sent, failed := load.wait(t)
 	same, cross := engines.Hub().Transfers()
 	same, cross = same-sameBefore, cross-crossBefore
-	t.Logf("%d requests through the rollout; KV transfers: %d within a build, %d across builds", sent.Load(), same, cross)
+	t.Logf("%d requests through the rollout; KV transfers: %d within a build, %d across builds", sent, same, cross)
 	assert.True(t, mixed.Load(), "both revisions were Ready in front of the routers at once")
-	assert.Zero(t, failed.Load(), "no request is lost to the rollout")
+	assert.Zero(t, failed, "no request is lost to the rollout")
 	assert.Zero(t, cross, "no decode engine received KV from a prefill of the other build")
 	assert.Greater(t, same, int64(20), "requests were served through prefill/decode pairs")
 	m := get(t, "http://"+routers[0].AdminAddr()+"/metrics")
@@ -182,77 +116,13 @@ spec:
 func TestPDRoleRolloutKeepsACompletePair(t *testing.T) {
 	w := newWorld(t, 1)
 	const name = "pdrole"
-	role := func(r string) string {
-		return fmt.Sprintf(`
-    - name: %s
-      replicas: 2
-      maxUnavailable: 1
-      entryTemplate:
-        metadata: {labels: {%s: v1}}
-        spec:
-          containers:
-          - name: vllm
-            image: vllm/vllm-openai:v0.11.0
-            args: ["--model", "base-model"]
-            ports: [{containerPort: 8000}]
-            resources: {limits: {nvidia.com/gpu: "1"}}`, r, kvVersionLabel)
-	}
-	w.apply(fmt.Sprintf(`
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: ModelServing
-metadata: {name: %[1]s}
-spec:
-  schedulerName: berth-scheduler
-  replicas: 1
-  rolloutStrategy: {type: RoleRollingUpdate}
-  template:
-    roles:%[2]s%[3]s
-`, name, role("prefill"), role("decode")), fmt.Sprintf(`
-apiVersion: networking.serving.volcano.sh/v1alpha1
-kind: ModelServer
-metadata: {name: %[1]s}
-spec:
-  model: base-model
-  inferenceEngine: vLLM
-  workloadSelector:
-    matchLabels: {modelserving.volcano.sh/name: %[1]s}
-    pdGroup:
-      groupKey: modelserving.volcano.sh/group-name
-      prefillLabels: {modelserving.volcano.sh/role: prefill}
-      decodeLabels: {modelserving.volcano.sh/role: decode}
-`, name), fmt.Sprintf(`
-apiVersion: networking.serving.volcano.sh/v1alpha1
-kind: ModelRoute
-metadata: {name: %[1]s}
-spec:
-  modelName: %[1]s
-  rules: [{targetModels: [{modelServerName: %[1]s}]}]
-`, name))
+	w.apply(pdRolloutYAML(name, 1, "RoleRollingUpdate", 2, "maxUnavailable: 1", workloadv1alpha1.GroupNameLabel)...)
 	w.waitEndpoints(name, 4)
 	_, crossBefore := engines.Hub().Transfers()
 
 	ctx, stop := context.WithCancel(w.ctx)
 	defer stop()
-	var sent, failed atomic.Int64
-	var failures sync.Map
-	var clients sync.WaitGroup
-	for c := range 4 {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			oc := client_(c % 2)
-			for i := 0; ctx.Err() == nil; i++ {
-				sent.Add(1)
-				_, err := oc.Chat.Completions.New(w.ctx, openai.ChatCompletionNewParams{Model: name,
-					Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("role rollout c%d r%d", c, i))},
-					MaxTokens: openai.Int(8)})
-				if err != nil {
-					failed.Add(1)
-					failures.Store(fmt.Sprintf("c%d r%d", c, i), err.Error())
-				}
-			}
-		}()
-	}
+	load := w.chatLoad(ctx, name, 4, "role rollout")
 
 	// pods are the ModelServing's live pods by role and build: how many, and how many Ready.
 	type count struct{ live, ready int }
@@ -306,11 +176,10 @@ spec:
 	})
 	time.Sleep(500 * time.Millisecond)
 	stop()
-	clients.Wait()
-	failures.Range(func(k, v any) bool { t.Logf("failed %s: %s", k, v); return true })
+	sent, failed := load.wait(t)
 	_, cross := engines.Hub().Transfers()
-	t.Logf("%d requests through the role rollout", sent.Load())
-	assert.Zero(t, failed.Load(), "no request is lost to the role rollout")
+	t.Logf("%d requests through the role rollout", sent)
+	assert.Zero(t, failed, "no request is lost to the role rollout")
 	assert.Zero(t, cross-crossBefore, "no decode engine received KV from a prefill of the other build")
 }
 
@@ -321,4 +190,105 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// pdRolloutYAML is a disaggregated ModelServing of replicas groups, each a prefill and a
+// decode role of roleReplicas replicas (with roleExtra, such as "maxUnavailable: 1", in
+// each role), whose pod templates carry the simulated engines' kvVersionLabel v1 (a change
+// of it is a change of engine build); rollout is its rolloutStrategy's type and what follows
+// it. Beside it the ModelServer pairing a prefill with a decode of the same groupKey label
+// value, and a ModelRoute serving model name through it.
+func pdRolloutYAML(name string, replicas int, rollout string, roleReplicas int, roleExtra, groupKey string) []string {
+	if roleExtra != "" {
+		roleExtra = "\n      " + roleExtra
+	}
+	role := func(r string) string {
+		return fmt.Sprintf(`
+    - name: %s
+      replicas: %d%s
+      entryTemplate:
+        metadata: {labels: {%s: v1}}
+        spec:
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.11.0
+            args: ["--model", "base-model"]
+            ports: [{containerPort: 8000}]
+            resources: {limits: {nvidia.com/gpu: "1"}}`, r, roleReplicas, roleExtra, kvVersionLabel)
+	}
+	return []string{fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata: {name: %[1]s}
+spec:
+  schedulerName: berth-scheduler
+  replicas: %[2]d
+  rolloutStrategy:
+    type: %[3]s
+  template:
+    roles:%[4]s%[5]s
+`, name, replicas, rollout, role("prefill"), role("decode")), fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelServer
+metadata: {name: %[1]s}
+spec:
+  model: base-model
+  inferenceEngine: vLLM
+  workloadSelector:
+    matchLabels: {modelserving.volcano.sh/name: %[1]s}
+    pdGroup:
+      groupKey: %[2]s
+      prefillLabels: {modelserving.volcano.sh/role: prefill}
+      decodeLabels: {modelserving.volcano.sh/role: decode}
+`, name, groupKey), fmt.Sprintf(`
+apiVersion: networking.serving.volcano.sh/v1alpha1
+kind: ModelRoute
+metadata: {name: %[1]s}
+spec:
+  modelName: %[1]s
+  rules: [{targetModels: [{modelServerName: %[1]s}]}]
+`, name)}
+}
+
+// chatLoad is clients chat completions at a time for model through both routers (client c
+// through router c % 2), each with prompt and its client and request number, until ctx ends.
+type chatLoad struct {
+	sent, failed atomic.Int64
+	failures     sync.Map
+	clients      sync.WaitGroup
+}
+
+func (w *world) chatLoad(ctx context.Context, model string, clients int, prompt string) *chatLoad {
+	l := &chatLoad{}
+	for c := range clients {
+		l.clients.Add(1)
+		go func() {
+			defer l.clients.Done()
+			oc := client_(c % 2)
+			for i := 0; ctx.Err() == nil; i++ {
+				l.sent.Add(1)
+				_, err := oc.Chat.Completions.New(w.ctx, openai.ChatCompletionNewParams{Model: model,
+					Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("%s c%d r%d", prompt, c, i))},
+					MaxTokens: openai.Int(8)})
+				if err != nil {
+					l.failed.Add(1)
+					msg := err.Error()
+					var apiErr *openai.Error
+					if errors.As(err, &apiErr) {
+						msg = fmt.Sprintf("%d %s: %s", apiErr.StatusCode, apiErr.Code, apiErr.Message)
+					}
+					l.failures.Store(fmt.Sprintf("c%d r%d at %s", c, i, time.Now().Format("15:04:05.000")), msg)
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// wait waits for the clients (their context must have ended), logs every failure, and
+// returns how many requests were sent and how many failed.
+func (l *chatLoad) wait(t *testing.T) (sent, failed int64) {
+	l.clients.Wait()
+	l.failures.Range(func(k, v any) bool { t.Logf("failed %s: %s", k, v); return true })
+	return l.sent.Load(), l.failed.Load()
 }
