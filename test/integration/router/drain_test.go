@@ -29,14 +29,16 @@ import (
 
 // Two nodes are drained the way kubectl drain does it (cordon, then an eviction of every pod
 // on them, retried while the Eviction API answers 429) while clients stream through both
-// routers. A ModelServing of 4 groups of 2 pods (one group fills a node) keeps its default
+// routers. A ModelServing of 4 groups of 2 pods (each pod fills a node; 10 nodes, so 8 are
+// left for the 8 pods once two are drained; a pod the size of half a node made the groups'
+// layout up to the scheduler, which once straddled them over three nodes) keeps its default
 // minimum of 3 Ready whole groups (4 minus the rollout's maxUnavailable 1): a watch over the
 // whole run finds never fewer, and never a group with some pods going while others stay;
 // every request is answered; the drain finishes with no pod left on the drained nodes; and
 // while it waits the ModelServing's DisruptionAllowed condition says why.
 func TestNodeDrainMovesWholeGroupsUnderLoad(t *testing.T) {
-	w := newWorld(t, 6)
-	w.apply(servingYAML("drain", 4, 2, "0.1", 4), serverYAML("drain"), `
+	w := newWorld(t, 10)
+	w.apply(servingYAML("drain", 4, 2, "0.1", 8), serverYAML("drain"), `
 apiVersion: networking.serving.volcano.sh/v1alpha1
 kind: ModelRoute
 metadata: {name: drain}
@@ -92,15 +94,14 @@ spec:
 	}
 	time.Sleep(500 * time.Millisecond)
 
-	// The nodes of groups 0 and 1.
+	// The nodes of group 0's first pod and group 1's: two groups are displaced.
 	var nodes []string
 	for _, p := range w.podList() {
-		g := p.Labels[workloadv1alpha1.GroupNameLabel]
-		if (g == "drain-0" || g == "drain-1") && !slices.Contains(nodes, p.Spec.NodeName) {
+		if (p.Name == "drain-0-server-0-0" || p.Name == "drain-1-server-0-0") && !slices.Contains(nodes, p.Spec.NodeName) {
 			nodes = append(nodes, p.Spec.NodeName)
 		}
 	}
-	require.Len(t, nodes, 2, "groups 0 and 1 each fill one node")
+	require.Len(t, nodes, 2, "each pod fills its node")
 	start := time.Now()
 	evictions := kubectlDrain(t, w.ctx, w.ns, nodes)
 	t.Logf("drain of %v finished in %s (%d evictions accepted)", nodes, time.Since(start).Round(time.Millisecond), evictions)
