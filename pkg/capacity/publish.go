@@ -52,10 +52,11 @@ type Publisher struct {
 	Now func() time.Time
 }
 
-// TTL is how long a published count is vouched for: three periods, so one slow round or a
-// lost patch does not make the autoscaler blind, and a stopped scheduler's count is ignored
-// within seconds.
-func (p *Publisher) TTL() time.Duration { return 3 * p.Period }
+// TTL is how long a published count is vouched for: six periods. It is written again when
+// half of that has passed (see due), so an unchanged count costs one patch per three
+// periods, a slow round or a lost patch does not make the autoscaler blind, and a stopped
+// scheduler's count is ignored within six periods.
+func (p *Publisher) TTL() time.Duration { return 6 * p.Period }
 
 // Run publishes until ctx ends.
 func (p *Publisher) Run(ctx context.Context) {
@@ -128,13 +129,13 @@ func (p *Publisher) Once(ctx context.Context) error {
 }
 
 // due says whether the published value must be written: the count changed, or less than
-// two periods of its vouched time remain.
+// half of its vouched time remains.
 func (p *Publisher) due(ms *workloadv1alpha1.ModelServing, n int, now time.Time) bool {
 	if ms.Annotations[workloadv1alpha1.GroupsThatFitAnnotation] != strconv.Itoa(n) {
 		return true
 	}
 	until, err := time.Parse(time.RFC3339Nano, ms.Annotations[workloadv1alpha1.GroupsThatFitUntilAnnotation])
-	return err != nil || until.Sub(now) < 2*p.Period
+	return err != nil || until.Sub(now) < p.TTL()/2
 }
 
 func (p *Publisher) patch(ctx context.Context, ms *workloadv1alpha1.ModelServing, n int, now time.Time) error {
