@@ -146,6 +146,7 @@ func groupUnits(ms *workloadv1alpha1.ModelServing) []unit {
 			for k := 0; k <= int(r.WorkerReplicas); k++ {
 				p := workload.BuildPod(ms, "capacity", index, r, j, k)
 				p.UID = types.UID(fmt.Sprintf("capacity/%s/%s/%s/%d/%d", ms.Namespace, ms.Name, r.Name, j, k))
+				defaultRequests(p)
 				u.pods = append(u.pods, p)
 				u.reqs = append(u.reqs, placement.PodRequests(p))
 			}
@@ -153,4 +154,23 @@ func groupUnits(ms *workloadv1alpha1.ModelServing) []unit {
 		}
 	}
 	return out
+}
+
+// defaultRequests gives each container the requests the apiserver's defaulting would: a
+// resource with a limit and no request requests its limit (a template asking for
+// nvidia.com/gpu in limits only is the common case).
+func defaultRequests(p *corev1.Pod) {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			res := &cs[i].Resources
+			for name, q := range res.Limits {
+				if _, ok := res.Requests[name]; !ok {
+					if res.Requests == nil {
+						res.Requests = corev1.ResourceList{}
+					}
+					res.Requests[name] = q.DeepCopy()
+				}
+			}
+		}
+	}
 }

@@ -18,7 +18,7 @@ import (
 func servingOn(name, product string, gpus int64, workers int32, replicas int32) *workloadv1alpha1.ModelServing {
 	spec := workloadv1alpha1.PodTemplateSpec{Spec: corev1.PodSpec{
 		NodeSelector: map[string]string{sim.GPUProductLabel: product},
-		Containers: []corev1.Container{{Name: "engine", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		Containers: []corev1.Container{{Name: "engine", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{ // limits only, as templates say it
 			sim.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI),
 		}}}},
 	}}

@@ -116,12 +116,19 @@ func (p *Publisher) Once(ctx context.Context) error {
 		if counter == nil {
 			counter = NewCounter(c)
 		}
-		n := counter.Fits(&ms, limit)
+		replicas := int32(1)
+		if ms.Spec.Replicas != nil {
+			replicas = *ms.Spec.Replicas
+		}
+		// Groups the ModelServing has in spec but whose pods do not exist yet (just scaled
+		// up) will take capacity the pods cannot show yet.
+		missing := max(0, int(replicas)-groupsWithPods(c.Pods, &ms))
+		n := max(0, counter.Fits(&ms, limit+missing)-missing)
 		groupsThatFit.WithLabelValues(ms.Namespace, ms.Name).Set(float64(n))
-		if !p.due(&ms, n, now) {
+		if !p.due(&ms, n, replicas, now) {
 			continue
 		}
-		if err := p.patch(ctx, &ms, n, now); err != nil && firstErr == nil {
+		if err := p.patch(ctx, &ms, n, replicas, now); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
@@ -130,22 +137,37 @@ func (p *Publisher) Once(ctx context.Context) error {
 
 // due says whether the published value must be written: the count changed, or less than
 // half of its vouched time remains.
-func (p *Publisher) due(ms *workloadv1alpha1.ModelServing, n int, now time.Time) bool {
-	if ms.Annotations[workloadv1alpha1.GroupsThatFitAnnotation] != strconv.Itoa(n) {
+func (p *Publisher) due(ms *workloadv1alpha1.ModelServing, n int, replicas int32, now time.Time) bool {
+	if ms.Annotations[workloadv1alpha1.GroupsThatFitAnnotation] != strconv.Itoa(n) ||
+		ms.Annotations[workloadv1alpha1.GroupsThatFitReplicasAnnotation] != strconv.Itoa(int(replicas)) {
 		return true
 	}
 	until, err := time.Parse(time.RFC3339Nano, ms.Annotations[workloadv1alpha1.GroupsThatFitUntilAnnotation])
 	return err != nil || until.Sub(now) < p.TTL()/2
 }
 
-func (p *Publisher) patch(ctx context.Context, ms *workloadv1alpha1.ModelServing, n int, now time.Time) error {
+func (p *Publisher) patch(ctx context.Context, ms *workloadv1alpha1.ModelServing, n int, replicas int32, now time.Time) error {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		workloadv1alpha1.GroupsThatFitAnnotation:      strconv.Itoa(n),
-		workloadv1alpha1.GroupsThatFitUntilAnnotation: now.Add(p.TTL()).UTC().Format(time.RFC3339Nano),
+		workloadv1alpha1.GroupsThatFitAnnotation:         strconv.Itoa(n),
+		workloadv1alpha1.GroupsThatFitReplicasAnnotation: strconv.Itoa(int(replicas)),
+		workloadv1alpha1.GroupsThatFitUntilAnnotation:    now.Add(p.TTL()).UTC().Format(time.RFC3339Nano),
 	}}})
 	if err != nil {
 		return err
 	}
 	_, err = p.Client.Resource(ModelServings).Namespace(ms.Namespace).Patch(ctx, ms.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	return err
+}
+
+// groupsWithPods counts the ServingGroups of ms that have a pod that is not finished.
+func groupsWithPods(pods []*corev1.Pod, ms *workloadv1alpha1.ModelServing) int {
+	groups := map[string]bool{}
+	for _, p := range pods {
+		if p.Namespace != ms.Namespace || p.Labels[workloadv1alpha1.ModelServingNameLabel] != ms.Name ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		groups[p.Labels[workloadv1alpha1.GroupNameLabel]] = true
+	}
+	return len(groups)
 }

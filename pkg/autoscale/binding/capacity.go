@@ -46,17 +46,21 @@ func readFits(t *target, annotations map[string]string, now time.Time) {
 	if err != nil || now.After(until) {
 		return
 	}
-	t.fits = int32(n)
+	base, err := strconv.Atoi(annotations[workloadv1alpha1.GroupsThatFitReplicasAnnotation])
+	if err != nil || base < 0 {
+		return
+	}
+	t.fits, t.fitsBase = int32(n), int32(base)
 }
 
-// capOf is the most replicas t may be scaled to now that can land: its current replicas
-// plus the groups that fit, never below its minimum (the user's floor stands, landing or
-// not) and never below what it has; -1 without a fresh count.
+// capOf is the most replicas t may be scaled to now that can land: the replicas the count
+// was made against plus the groups that fit, never below its minimum (the user's floor
+// stands, landing or not) and never below what it has; -1 without a fresh count.
 func capOf(t *target) int32 {
 	if t.fits < 0 {
 		return -1
 	}
-	return max(t.scale.Spec.Replicas+t.fits, t.min, t.scale.Spec.Replicas)
+	return max(t.fitsBase+t.fits, t.min, t.scale.Spec.Replicas)
 }
 
 // capped lowers the bound hi to c (no cap when c < 0), never below lo.
@@ -131,7 +135,10 @@ func (r *Reconciler) applyCapacityReport(j job, targets []*target, want, blind [
 		}
 	}
 	capacityLimits.WithLabelValues(j.namespace, j.label).Inc()
-	r.Recorder.Eventf(j.owner, nil, corev1.EventTypeNormal, ReasonCapacityLimited, actionDecide, "%s: %s", rep.message, strings.Join(moves, ", "))
+	// One event per new limit, not one per sync period while it stands.
+	if c := meta.FindStatusCondition(status.Conditions, ConditionCapacityLimited); c == nil || c.Status != metav1.ConditionTrue || c.Message != rep.message {
+		r.Recorder.Eventf(j.owner, nil, corev1.EventTypeNormal, ReasonCapacityLimited, actionDecide, "%s: %s", rep.message, strings.Join(moves, ", "))
+	}
 	setCondition(&status.Conditions, j.generation, ConditionCapacityLimited, metav1.ConditionTrue, ReasonCapacityLimited, rep.message)
 }
 

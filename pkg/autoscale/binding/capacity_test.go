@@ -13,8 +13,9 @@ import (
 func fitsTarget(key string, replicas, min int32, fits string, until time.Time) *target {
 	t := &target{key: key, min: min, scale: &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}}
 	readFits(t, map[string]string{
-		workloadv1alpha1.GroupsThatFitAnnotation:      fits,
-		workloadv1alpha1.GroupsThatFitUntilAnnotation: until.Format(time.RFC3339Nano),
+		workloadv1alpha1.GroupsThatFitAnnotation:         fits,
+		workloadv1alpha1.GroupsThatFitUntilAnnotation:    until.Format(time.RFC3339Nano),
+		workloadv1alpha1.GroupsThatFitReplicasAnnotation: "3",
 	}, time.Unix(1000, 0))
 	return t
 }
@@ -23,7 +24,9 @@ func TestCapOfReadsOnlyFreshCounts(t *testing.T) {
 	fresh, stale := time.Unix(1010, 0), time.Unix(990, 0)
 	assert.Equal(t, int32(5), capOf(fitsTarget("a", 3, 0, "2", fresh)), "current + fits")
 	assert.Equal(t, int32(3), capOf(fitsTarget("a", 3, 0, "0", fresh)), "never below current")
-	assert.Equal(t, int32(4), capOf(fitsTarget("a", 0, 4, "1", fresh)), "never below min")
+	assert.Equal(t, int32(6), capOf(fitsTarget("a", 6, 0, "0", fresh)), "never below current")
+	assert.Equal(t, int32(5), capOf(fitsTarget("a", 4, 0, "2", fresh)), "a scale-up since the count is not counted twice")
+	assert.Equal(t, int32(7), capOf(fitsTarget("a", 0, 7, "1", fresh)), "never below min")
 	assert.Equal(t, int32(-1), capOf(fitsTarget("a", 3, 0, "2", stale)), "stale: blind")
 	assert.Equal(t, int32(-1), capOf(fitsTarget("a", 3, 0, "x", fresh)), "unreadable: blind")
 	assert.Equal(t, int32(-1), capOf(&target{fits: -1}), "absent: blind")

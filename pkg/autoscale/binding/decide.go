@@ -63,6 +63,7 @@ type target struct {
 	// published (-1: no fresh count; capacity.go).
 	annotations map[string]string
 	fits        int32
+	fitsBase    int32 // the replicas the count was made against
 }
 
 // decide reads, decides and applies for one job, writing what it did into status.
