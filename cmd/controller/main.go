@@ -20,7 +20,10 @@ import (
 type flags struct {
 	opts        controller.Options
 	showVersion *bool
-	zap         zap.Options
+	// placementAware is --placement-aware-scaling; Options holds its negation (BlindScaling)
+	// so that a zero Options keeps the default.
+	placementAware *bool
+	zap            zap.Options
 }
 
 // bindFlags defines the command line on fs; docs/flags.md is generated from it.
@@ -32,6 +35,7 @@ func bindFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&o.LeaderElection, "leader-elect", true, "run one active controller, elected through the lease berth-controller")
 	fs.DurationVar(&o.AutoscaleSyncPeriod, "autoscale-sync-period", 5*time.Second, "how often each AutoscalingPolicyBinding reads its metrics and decides")
+	f.placementAware = fs.Bool("placement-aware-scaling", true, "cap each scale-up of a ModelServing placed by berth-scheduler at the whole groups the scheduler publishes as fitting the cluster (annotation scheduling.berth.sh/groups-that-fit), so the optimizer's overflow goes to the next-cheapest target that can land; false scales blind, leaving groups that cannot land pending")
 	fs.DurationVar(&o.VariantSyncPeriod, "variant-sync-period", 30*time.Second, "how often each VariantAutoscaling reads its load and is sized")
 	fs.StringVar(&o.VariantActuation, "variant-actuation", "scale", `who applies a VariantAutoscaling's desired replicas: "scale" (berth-controller, through the ModelServing's scale subresource) or "metric" (only export inferno_desired_replicas for an HPA or KEDA)`)
 	fs.StringVar(&o.VariantCostsConfigMap, "variant-costs-configmap", "berth-system/accelerator-unit-costs", "namespace/name of the accelerator unit costs a VariantAutoscaling reads when its namespace has no accelerator-unit-costs ConfigMap")
@@ -50,6 +54,7 @@ func main() {
 	f := bindFlags(flag.CommandLine)
 	flag.Parse()
 	o := f.opts
+	o.BlindScaling = !*f.placementAware
 	if *f.showVersion {
 		fmt.Println(version.Line("berth-controller"))
 		return

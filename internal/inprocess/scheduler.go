@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -26,6 +27,8 @@ type SchedulerOptions struct {
 	LeaderElection map[string]any
 	// Rate is the client rate (zero: BenchRate).
 	Rate ClientRate
+	// CapacityPeriod is --capacity-publish-period (0: its default; negative: off).
+	CapacityPeriod time.Duration
 }
 
 // ClientRate is a scheduler's client QPS and burst toward the apiserver.
@@ -108,7 +111,7 @@ func RunScheduler(ctx context.Context, dir, kubeconfig string, o SchedulerOption
 	if err != nil {
 		return err
 	}
-	return runConfig(ctx, dir, workloadv1alpha1.BerthSchedulerName, cfg)
+	return runConfig(ctx, dir, workloadv1alpha1.BerthSchedulerName, cfg, o.CapacityPeriod)
 }
 
 // DefaultSchedulerConfig is kube-scheduler's own default profile (schedulerName
@@ -131,13 +134,13 @@ func RunDefaultScheduler(ctx context.Context, dir, kubeconfig string, rate Clien
 	if err != nil {
 		return err
 	}
-	return runConfig(ctx, dir, "default-scheduler", cfg)
+	return runConfig(ctx, dir, "default-scheduler", cfg, 0)
 }
 
-func runConfig(ctx context.Context, dir, name string, cfg []byte) error {
+func runConfig(ctx context.Context, dir, name string, cfg []byte, capacityPeriod time.Duration) error {
 	path := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", name, configs.Add(1)))
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return err
 	}
-	return scheduler.Run(ctx, scheduler.Options{ConfigFile: path})
+	return scheduler.Run(ctx, scheduler.Options{ConfigFile: path, CapacityPeriod: capacityPeriod})
 }

@@ -44,6 +44,10 @@ type Options struct {
 	Router func(i int, o *router.Options)
 	// PodStartDelay is the simulated kubelet's (0 means 50 ms).
 	PodStartDelay time.Duration
+	// CapacityPeriod is berth-scheduler's --capacity-publish-period (0: its default).
+	CapacityPeriod time.Duration
+	// BlindScaling is berth-controller's --placement-aware-scaling=false.
+	BlindScaling bool
 }
 
 // System is the running system and clients of its control plane.
@@ -91,8 +95,8 @@ func Start(cp *controlplane.ControlPlane, o Options) (*System, error) {
 	// Not test-bound loggers: the components outlive the test that started them.
 	sys, err := inprocess.Start(context.Background(), cfg, inprocess.Options{
 		Dir: dir, Kubeconfig: kubeconfig,
-		Scheduler:  &inprocess.SchedulerOptions{},
-		Controller: &controller.Options{AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod},
+		Scheduler:  &inprocess.SchedulerOptions{CapacityPeriod: o.CapacityPeriod},
+		Controller: &controller.Options{AutoscaleSyncPeriod: o.AutoscaleSyncPeriod, VariantSyncPeriod: o.VariantSyncPeriod, BlindScaling: o.BlindScaling},
 		Kubelet:    &inprocess.KubeletOptions{PodStartDelay: delay, Engines: &o.Engines, Client: s.Kube},
 		Routers:    routers,
 	})

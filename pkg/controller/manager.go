@@ -65,6 +65,9 @@ type Options struct {
 	InProcessRestart bool
 	// AutoscaleSyncPeriod is how often each AutoscalingPolicyBinding decides (default 5 s).
 	AutoscaleSyncPeriod time.Duration
+	// BlindScaling turns placement-aware scale-up off (--placement-aware-scaling=false): the
+	// autoscaler ignores berth-scheduler's groups-that-fit counts.
+	BlindScaling bool
 	// VariantSyncPeriod is how often each VariantAutoscaling is sized (default 30 s).
 	VariantSyncPeriod time.Duration
 	// VariantActuation is who applies a VariantAutoscaling's desired replicas: "scale"
@@ -229,13 +232,14 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.M
 		return fmt.Errorf("autoscaler scale client: %w", err)
 	}
 	if err := (&binding.Reconciler{
-		Scope:      manage,
-		Client:     mgr.GetClient(),
-		APIReader:  mgr.GetAPIReader(),
-		Scales:     scales,
-		Mapper:     mgr.GetRESTMapper(),
-		Recorder:   mgr.GetEventRecorder("berth-autoscaler"),
-		SyncPeriod: o.AutoscaleSyncPeriod,
+		Scope:        manage,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Scales:       scales,
+		Mapper:       mgr.GetRESTMapper(),
+		Recorder:     mgr.GetEventRecorder("berth-autoscaler"),
+		SyncPeriod:   o.AutoscaleSyncPeriod,
+		BlindScaling: o.BlindScaling,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("AutoscalingPolicy and AutoscalingPolicyBinding reconcilers: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/capacity"
 	"github.com/berth-sh/berth/pkg/version"
 )
 
@@ -35,9 +36,13 @@ import (
 // (requiredAPIs) and exits naming those it does not.
 func NewCommand() *cobra.Command {
 	var cmd *cobra.Command
-	cmd = app.NewSchedulerCommand(append(Plugins(), logVersion, apiCheck(func() configSource { return flagSource(cmd.Flags()) }))...)
+	period := capacity.DefaultPeriod
+	cmd = app.NewSchedulerCommand(append(plugins(&period), logVersion, apiCheck(func() configSource { return flagSource(cmd.Flags()) }))...)
 	cmd.Use = workloadv1alpha1.BerthSchedulerName
 	cmd.Short = "berth-scheduler places LLM serving groups: gangs, network topology and accelerators"
+	cmd.Flags().DurationVar(&period, "capacity-publish-period", period,
+		"How often berth-scheduler counts, for each ModelServing it places, how many more whole ServingGroups fit the cluster and publishes the count on it (annotation "+
+			workloadv1alpha1.GroupsThatFitAnnotation+"); 0 publishes nothing and the autoscaler scales blind.")
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		// kube-scheduler's own handling (component-base's verflag, first thing in its
@@ -85,6 +90,9 @@ type Options struct {
 	ConfigFile string
 	// SecurePort serves /metrics and /healthz when non-zero.
 	SecurePort int
+	// CapacityPeriod is --capacity-publish-period: 0 is its default, negative publishes
+	// nothing.
+	CapacityPeriod time.Duration
 }
 
 var instances atomic.Int64
@@ -132,7 +140,11 @@ func setup(ctx context.Context, o Options) (*schedulerconfig.CompletedConfig, *k
 		return nil, nil, nil, err
 	}
 	opts.InformerName = name
-	cc, sched, err := app.Setup(ctx, opts, append(Plugins(), apiCheck(func() configSource { return configSource{configFile: o.ConfigFile} }))...)
+	period := o.CapacityPeriod
+	if period == 0 {
+		period = capacity.DefaultPeriod
+	}
+	cc, sched, err := app.Setup(ctx, opts, append(plugins(&period), apiCheck(func() configSource { return configSource{configFile: o.ConfigFile} }))...)
 	if err != nil {
 		name.Release()
 		return nil, nil, nil, fmt.Errorf("berth-scheduler setup: %w", err)

@@ -89,6 +89,10 @@ type Reconciler struct {
 	SyncPeriod time.Duration
 	// MetricReadTimeout bounds one pod's metrics read and one Prometheus query (default 2 s).
 	MetricReadTimeout time.Duration
+	// BlindScaling ignores berth-scheduler's groups-that-fit counts (capacity.go): scale-ups
+	// are made whether or not they can land, as before placement-aware scale-up
+	// (--placement-aware-scaling=false).
+	BlindScaling bool
 	// Now is the clock (tests and benchmarks replace it).
 	Now func() time.Time
 

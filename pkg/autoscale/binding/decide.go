@@ -59,6 +59,11 @@ type target struct {
 	// demand is the time in the target's demand annotation (zero without one): a router
 	// held a request for it at zero replicas (fromzero.go).
 	demand time.Time
+	// annotations are the target's own; fits the groups that fit it as berth-scheduler last
+	// published (-1: no fresh count; capacity.go).
+	annotations map[string]string
+	fits        int32
+	fitsBase    int32 // the replicas the count was made against
 }
 
 // decide reads, decides and applies for one job, writing what it did into status.
@@ -130,13 +135,23 @@ func (r *Reconciler) decide(ctx context.Context, j job, st *state, status *workl
 	}
 	rec, perMetric, ok := autoscale.RecommendAll(current, policy, samples)
 
-	var lo, hi int32
+	// Placement-aware scale-up (capacity.go): each ModelServing target's max is lowered to
+	// what can land, so the decision's bounds and the optimizer's shares never ask for a
+	// group the scheduler could not place.
+	for _, t := range targets {
+		if !r.BlindScaling && t.gvk.GroupKind() == workloadv1alpha1.SchemeGroupVersion.WithKind("ModelServing").GroupKind() {
+			readFits(t, t.annotations, now)
+		}
+	}
+	var lo, hi, blindHi int32
 	var shares []autoscale.Share
 	if j.single != nil {
-		lo, hi = targets[0].min, targets[0].max
+		lo, blindHi = targets[0].min, targets[0].max
+		hi = capped(blindHi, lo, capOf(targets[0]))
 	} else {
 		for _, t := range targets {
-			shares = append(shares, autoscale.Share{Cost: t.cost, Min: t.min, Max: t.max})
+			shares = append(shares, autoscale.Share{Cost: t.cost, Min: t.min, Max: capped(t.max, t.min, capOf(t))})
+			blindHi += max(t.max, t.min)
 		}
 		lo, hi = autoscale.Bounds(shares)
 	}
@@ -155,6 +170,29 @@ func (r *Reconciler) decide(ctx context.Context, j job, st *state, status *workl
 		want = autoscale.Distribute(d.Desired, shares, rate)
 		holdForGrace(targets, want, st, now)
 	}
+	// What the decision would have been blind: when the lowered bound held it, the
+	// recommendation (or the one replica demand asks for), up to the blind bound.
+	blindTotal := d.Desired
+	if hi < blindHi && d.Desired >= hi {
+		asked := d.Desired
+		if ok {
+			asked = max(asked, rec) // d.Recommended is clamped to the lowered bound
+		}
+		for _, t := range targets {
+			if current == 0 && recentDemand(t, st, now) {
+				asked = max(asked, max(1, lo))
+			}
+		}
+		blindTotal = min(asked, blindHi)
+	}
+	blind := blindWant(targets, blindTotal, rate, shares == nil)
+	for i, t := range targets {
+		// The scale-to-zero grace holds a replica either way (holdForGrace, without its state).
+		if shares != nil && blind[i] == 0 && want[i] == 1 && t.scale.Spec.Replicas > 0 {
+			blind[i] = 1
+		}
+	}
+	r.applyCapacityReport(j, targets, want, blind, status)
 
 	// Status before acting, so a failed scale still explains what was decided.
 	status.CurrentReplicas = current
@@ -378,7 +416,7 @@ func (r *Reconciler) resolve(ctx context.Context, j job, spec workloadv1alpha1.T
 	if err != nil {
 		return nil, &problem{ReasonTargetNotScalable, fmt.Sprintf("%s.targetRef.apiVersion: %v", field, err)}
 	}
-	t := &target{spec: spec, field: field, key: ref.Name, gvk: gv.WithKind(kind), ns: ns, name: ref.Name}
+	t := &target{spec: spec, field: field, key: ref.Name, gvk: gv.WithKind(kind), ns: ns, name: ref.Name, fits: -1}
 	mapping, err := r.Mapper.RESTMapping(t.gvk.GroupKind(), gv.Version)
 	if err != nil {
 		return nil, &problem{ReasonTargetNotScalable, fmt.Sprintf("%s.targetRef: kind %s in %s is not served by this cluster: %v", field, kind, apiVersion, err)}
@@ -420,6 +458,7 @@ func (r *Reconciler) resolve(ctx context.Context, j job, spec workloadv1alpha1.T
 	var md metav1.PartialObjectMetadata
 	md.SetGroupVersionKind(t.gvk)
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &md); err == nil {
+		t.annotations = md.Annotations
 		if t.grace, err = scaleToZeroGrace(md.Annotations); err != nil {
 			return nil, &problem{ReasonTargetNotScalable, fmt.Sprintf("%s %s: %v", kind, ref.Name, err)}
 		}

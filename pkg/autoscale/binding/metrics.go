@@ -39,6 +39,14 @@ var (
 		Name: "berth_autoscaler_decisions_total",
 		Help: "Decisions the autoscaler took for each binding (or policy with its own target), one per sync period, whatever their outcome: a series that stops growing is an autoscaler that stopped looking.",
 	}, []string{"namespace", "binding"})
+	groupsThatFit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "berth_autoscaler_groups_that_fit",
+		Help: "More whole ServingGroups of each ModelServing target that fit the cluster, as berth-scheduler last published and the autoscaler read it (absent while no fresh count exists).",
+	}, []string{"namespace", "binding", "target"})
+	capacityLimits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "berth_autoscaler_capacity_limited_total",
+		Help: "Decisions whose scale-up the groups-that-fit counts held back or moved to another target.",
+	}, []string{"namespace", "binding"})
 	decisionErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "berth_autoscaler_errors_total",
 		Help: "Decisions the autoscaler could not take or apply, by reason.",
@@ -46,15 +54,16 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(currentReplicas, desiredReplicas, recommendedReplicas, metricValue, metricTarget, panicMode, scaleEvents, decisions, decisionErrors)
+	metrics.Registry.MustRegister(currentReplicas, desiredReplicas, recommendedReplicas, metricValue, metricTarget, panicMode, scaleEvents, decisions, decisionErrors, groupsThatFit, capacityLimits)
 }
 
 // forget drops a deleted binding's series.
 func forget(namespace, binding string) {
 	match := prometheus.Labels{"namespace": namespace, "binding": binding}
-	for _, v := range []*prometheus.GaugeVec{currentReplicas, desiredReplicas, recommendedReplicas, metricValue, metricTarget, panicMode} {
+	for _, v := range []*prometheus.GaugeVec{currentReplicas, desiredReplicas, recommendedReplicas, metricValue, metricTarget, panicMode, groupsThatFit} {
 		v.DeletePartialMatch(match)
 	}
 	scaleEvents.DeletePartialMatch(match)
 	decisions.DeletePartialMatch(match)
+	capacityLimits.DeletePartialMatch(match)
 }

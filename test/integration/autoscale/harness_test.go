@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,9 @@ func TestMain(m *testing.M) { cptest.Main(m, &cp) }
 // syncPeriod is the autoscaler's; short so a test sees several decisions per second.
 const syncPeriod = 250 * time.Millisecond
 
+// capacityPeriod is berth-scheduler's groups-that-fit publishing period.
+const capacityPeriod = 500 * time.Millisecond
+
 // variantSyncPeriod is the VariantAutoscaling reconciler's: long enough that a counter
 // rate over one period averages a few requests.
 const variantSyncPeriod = time.Second
@@ -64,6 +68,10 @@ func startSystem(t *testing.T) {
 			Engines:             sim.EngineOptions{TimeScale: 1, DrainTimeout: 5 * time.Second},
 			AutoscaleSyncPeriod: syncPeriod,
 			VariantSyncPeriod:   variantSyncPeriod,
+			CapacityPeriod:      capacityPeriod,
+			// BERTH_TEST_BLIND_SCALING=1 runs the package with placement-aware scale-up off
+			// (--placement-aware-scaling=false), to see TestOverflowGoesWhereItLands fail.
+			BlindScaling: os.Getenv("BERTH_TEST_BLIND_SCALING") == "1",
 		})
 		require.NoError(t, err)
 		kube, cl, rt = sys.Kube, sys.Client, sys.Routers[0]

@@ -72,6 +72,25 @@ const (
 	// counts the demand as activity, so the scale-to-zero grace period starts again from it.
 	DemandAnnotation = "autoscaling.berth.sh/demand"
 
+	// GroupsThatFitAnnotation on a ModelServing placed by berth-scheduler is how many more
+	// whole ServingGroups of its current template the cluster can place now, as the
+	// scheduler's placement model counts them (a decimal, capped by the scheduler;
+	// docs/autoscaling.md, "Placement-aware scale-up"). berth-scheduler writes it with
+	// GroupsThatFitUntilAnnotation in one merge patch, when the count changes or the time
+	// nears; the autoscaler caps a scale-up of the ModelServing at its replicas plus
+	// the count while that time has not passed (from the replicas of
+	// GroupsThatFitReplicasAnnotation), and scales blind otherwise.
+	GroupsThatFitAnnotation = "scheduling.berth.sh/groups-that-fit"
+	// GroupsThatFitUntilAnnotation is the time (RFC 3339) until which the scheduler vouches
+	// for GroupsThatFitAnnotation: a scheduler that stopped publishing leaves a count nobody
+	// acts on.
+	GroupsThatFitUntilAnnotation = "scheduling.berth.sh/groups-that-fit-until"
+	// GroupsThatFitReplicasAnnotation is the spec.replicas the count was made against
+	// (groups of those replicas whose pods do not exist yet count as using capacity): the
+	// autoscaler caps at this plus the count, so a scale-up it made after the count, whose
+	// pods the count could not see, is not counted twice.
+	GroupsThatFitReplicasAnnotation = "scheduling.berth.sh/groups-that-fit-replicas"
+
 	// GroupSizeEnv is the number of pods of a role replica (workers + 1).
 	GroupSizeEnv = "GROUP_SIZE"
 	// EntryAddressEnv is the stable DNS name of the role replica's entry pod.

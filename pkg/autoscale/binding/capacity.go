@@ -1,0 +1,155 @@
+package binding
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale"
+)
+
+// Placement-aware scale-up (docs/autoscaling.md). berth-scheduler publishes on each
+// ModelServing it places how many more whole ServingGroups of it fit the cluster now
+// (workloadv1alpha1.GroupsThatFitAnnotation, vouched for until GroupsThatFitUntilAnnotation).
+// While that answer is fresh, a scale-up of the target stops at its current replicas plus
+// the count: a group that cannot land is not made into pending pods, and an optimizer's
+// overflow goes to the next-cheapest target that can land. Without a fresh answer (another
+// scheduler, a scheduler that stopped publishing, a kind other than ModelServing) the target
+// scales as before, blind.
+
+const (
+	// ConditionCapacityLimited is True while the placement model's counts held a scale-up
+	// back, False while they were read and did not; absent when no target has a fresh count.
+	ConditionCapacityLimited = "CapacityLimited"
+	ReasonCapacityLimited    = "CapacityLimited"
+	ReasonCapacityAvailable  = "CapacityAvailable"
+)
+
+// readFits reads t's published count into t.fits (-1: none, or not fresh at now).
+func readFits(t *target, annotations map[string]string, now time.Time) {
+	t.fits = -1
+	v, ok := annotations[workloadv1alpha1.GroupsThatFitAnnotation]
+	if !ok {
+		return
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return
+	}
+	until, err := time.Parse(time.RFC3339Nano, annotations[workloadv1alpha1.GroupsThatFitUntilAnnotation])
+	if err != nil || now.After(until) {
+		return
+	}
+	base, err := strconv.Atoi(annotations[workloadv1alpha1.GroupsThatFitReplicasAnnotation])
+	if err != nil || base < 0 {
+		return
+	}
+	t.fits, t.fitsBase = int32(n), int32(base)
+}
+
+// capOf is the most replicas t may be scaled to now that can land: the replicas the count
+// was made against plus the groups that fit, never below its minimum (the user's floor
+// stands, landing or not) and never below what it has; -1 without a fresh count.
+func capOf(t *target) int32 {
+	if t.fits < 0 {
+		return -1
+	}
+	return max(t.fitsBase+t.fits, t.min, t.scale.Spec.Replicas)
+}
+
+// capped lowers the bound hi to c (no cap when c < 0), never below lo.
+func capped(hi, lo, c int32) int32 {
+	if c < 0 || c >= hi {
+		return hi
+	}
+	return max(c, lo)
+}
+
+// capacityReport is what the counts did to one decision.
+type capacityReport struct {
+	known   bool   // some target had a fresh count
+	limited bool   // the counts changed the decision
+	message string // "capacity-limited: 2 more groups of a fit, 0 of b" or "capacity: ..."
+}
+
+// reportCapacity compares the decision with what it would have been blind: blind is what
+// each target would have got without the counts.
+func reportCapacity(targets []*target, want, blind []int32) capacityReport {
+	var rep capacityReport
+	var parts []string
+	for i, t := range targets {
+		if t.fits < 0 {
+			continue
+		}
+		rep.known = true
+		if want[i] != blind[i] {
+			rep.limited = true
+		}
+		noun := "groups"
+		if t.fits == 1 {
+			noun = "group"
+		}
+		verb := "fit"
+		if t.fits == 1 {
+			verb = "fits"
+		}
+		parts = append(parts, fmt.Sprintf("%d more %s of %s %s", t.fits, noun, t.key, verb))
+	}
+	prefix := "capacity"
+	if rep.limited {
+		prefix = "capacity-limited"
+	}
+	rep.message = prefix + ": " + strings.Join(parts, ", ")
+	return rep
+}
+
+// applyCapacityReport sets the CapacityLimited condition, records an event when the counts
+// changed the decision, and exports each target's count.
+func (r *Reconciler) applyCapacityReport(j job, targets []*target, want, blind []int32, status *workloadv1alpha1.AutoscalingPolicyBindingStatus) {
+	for _, t := range targets {
+		if t.fits >= 0 {
+			groupsThatFit.WithLabelValues(j.namespace, j.label, t.key).Set(float64(t.fits))
+		} else {
+			groupsThatFit.DeleteLabelValues(j.namespace, j.label, t.key)
+		}
+	}
+	rep := reportCapacity(targets, want, blind)
+	if !rep.known {
+		meta.RemoveStatusCondition(&status.Conditions, ConditionCapacityLimited)
+		return
+	}
+	if !rep.limited {
+		setCondition(&status.Conditions, j.generation, ConditionCapacityLimited, metav1.ConditionFalse, ReasonCapacityAvailable, rep.message)
+		return
+	}
+	var moves []string
+	for i, t := range targets {
+		if want[i] != blind[i] {
+			moves = append(moves, fmt.Sprintf("%s %d instead of %d", t.key, want[i], blind[i]))
+		}
+	}
+	capacityLimits.WithLabelValues(j.namespace, j.label).Inc()
+	// One event per new limit, not one per sync period while it stands.
+	if c := meta.FindStatusCondition(status.Conditions, ConditionCapacityLimited); c == nil || c.Status != metav1.ConditionTrue || c.Message != rep.message {
+		r.Recorder.Eventf(j.owner, nil, corev1.EventTypeNormal, ReasonCapacityLimited, actionDecide, "%s: %s", rep.message, strings.Join(moves, ", "))
+	}
+	setCondition(&status.Conditions, j.generation, ConditionCapacityLimited, metav1.ConditionTrue, ReasonCapacityLimited, rep.message)
+}
+
+// blindWant is what each target would get of total without the counts.
+func blindWant(targets []*target, total int32, rate int32, single bool) []int32 {
+	if single {
+		return []int32{total}
+	}
+	shares := make([]autoscale.Share, len(targets))
+	for i, t := range targets {
+		shares[i] = autoscale.Share{Cost: t.cost, Min: t.min, Max: t.max}
+	}
+	return autoscale.Distribute(total, shares, rate)
+}

@@ -1,0 +1,77 @@
+package capacity
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/sim"
+)
+
+// servingOn is a ModelServing of one role with `workers` workers per replica, each pod
+// asking for gpus GPUs of the given product (node selector), at `replicas` groups.
+func servingOn(name, product string, gpus int64, workers int32, replicas int32) *workloadv1alpha1.ModelServing {
+	spec := workloadv1alpha1.PodTemplateSpec{Spec: corev1.PodSpec{
+		NodeSelector: map[string]string{sim.GPUProductLabel: product},
+		Containers: []corev1.Container{{Name: "engine", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{ // limits only, as templates say it
+			sim.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI),
+		}}}},
+	}}
+	role := workloadv1alpha1.Role{Name: "server", Replicas: ptr.To[int32](1), EntryTemplate: spec, WorkerReplicas: workers}
+	if workers > 0 {
+		role.WorkerTemplate = spec.DeepCopy()
+	}
+	ms := &workloadv1alpha1.ModelServing{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+	ms.Spec.Replicas = ptr.To(replicas)
+	ms.Spec.SchedulerName = workloadv1alpha1.BerthSchedulerName
+	ms.Spec.Template.Roles = []workloadv1alpha1.Role{role}
+	return ms
+}
+
+func gpuPod(name, node string, gpus int64) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: corev1.PodSpec{NodeName: node,
+		Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			sim.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}}}}}}
+}
+
+func node(name, product string) *corev1.Node {
+	return sim.NewNode(name, sim.NodeShape{CPU: "64", Memory: "512Gi", GPUs: 8, GPUProduct: product}, nil)
+}
+
+func TestFitsCountsWholeGroupsPerPool(t *testing.T) {
+	nodes := []*corev1.Node{node("a100-0", "A100"), node("a100-1", "A100"), node("h100-0", "H100")}
+	// One A100 node is half used; a pending pod of 4 GPUs will take the other half.
+	pods := []*corev1.Pod{gpuPod("running", "a100-0", 4), gpuPod("pending", "", 4)}
+	c := NewCounter(Cluster{Nodes: nodes, Pods: pods})
+
+	// 4-GPU groups of one pod: a100-1 holds 2, a100-0 none (4 running + 4 pending).
+	assert.Equal(t, 2, c.Fits(servingOn("small", "A100", 4, 0, 0), DefaultLimit), "at zero replicas too")
+	// 8-GPU groups of two pods (entry + 1 worker, 4 GPUs each): a whole group needs both.
+	assert.Equal(t, 1, c.Fits(servingOn("pair", "A100", 4, 1, 3), DefaultLimit))
+	// Groups larger than any node's free GPUs never fit: none is made into pending pods.
+	assert.Equal(t, 0, c.Fits(servingOn("big", "A100", 16, 0, 1), DefaultLimit))
+	// The H100 pool is empty: 8 one-GPU groups, capped.
+	assert.Equal(t, 8, c.Fits(servingOn("h", "H100", 1, 0, 1), DefaultLimit))
+	assert.Equal(t, 3, c.Fits(servingOn("h", "H100", 1, 0, 1), 3))
+	// A product no node has: nothing fits.
+	assert.Equal(t, 0, c.Fits(servingOn("b200", "B200", 1, 0, 1), DefaultLimit))
+	// Counting does not use the capacity for the next ModelServing.
+	assert.Equal(t, 2, c.Fits(servingOn("small", "A100", 4, 0, 0), DefaultLimit))
+}
+
+func TestFitsHonoursTaintsAndCordons(t *testing.T) {
+	tainted := node("a100-0", "A100")
+	tainted.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "other", Effect: corev1.TaintEffectNoSchedule}}
+	cordoned := node("a100-1", "A100")
+	cordoned.Spec.Unschedulable = true
+	c := NewCounter(Cluster{Nodes: []*corev1.Node{tainted, cordoned}})
+	ms := servingOn("small", "A100", 8, 0, 1)
+	assert.Equal(t, 0, c.Fits(ms, DefaultLimit))
+	ms.Spec.Template.Roles[0].EntryTemplate.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "other", Effect: corev1.TaintEffectNoSchedule}}
+	assert.Equal(t, 1, NewCounter(Cluster{Nodes: []*corev1.Node{tainted, cordoned}}).Fits(ms, DefaultLimit))
+}

@@ -1,0 +1,173 @@
+package capacity
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/plugins/placement"
+)
+
+// DefaultPeriod is how often the counts are made.
+const DefaultPeriod = 5 * time.Second
+
+// ModelServings is the resource the publisher reads and patches.
+var ModelServings = schema.GroupVersionResource{Group: workloadv1alpha1.SchemeGroupVersion.Group, Version: workloadv1alpha1.SchemeGroupVersion.Version, Resource: "modelservings"}
+
+var groupsThatFit = metrics.NewGaugeVec(&metrics.GaugeOpts{
+	Subsystem:      "berth_capacity",
+	Name:           "groups_that_fit",
+	Help:           "How many more whole ServingGroups of the ModelServing's current template the cluster can place now, as last published (capped).",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"namespace", "modelserving"})
+
+func init() { legacyregistry.MustRegister(groupsThatFit) }
+
+// Publisher counts, every Period, the groups that fit for each ModelServing placed by
+// Scheduler and writes the count on it (GroupsThatFitAnnotation).
+type Publisher struct {
+	Scheduler string
+	Period    time.Duration
+	Limit     int // 0: DefaultLimit
+	// Nodes and Pods are the scheduler's informer stores; ModelServings an informer store of
+	// unstructured ModelServings.
+	Nodes, Pods, ModelServings cache.Store
+	Accelerators               func() placement.Accelerators
+	Client                     dynamic.Interface
+	// Now is the clock (tests); nil: time.Now.
+	Now func() time.Time
+}
+
+// TTL is how long a published count is vouched for: six periods. It is written again when
+// half of that has passed (see due), so an unchanged count costs one patch per three
+// periods, a slow round or a lost patch does not make the autoscaler blind, and a stopped
+// scheduler's count is ignored within six periods.
+func (p *Publisher) TTL() time.Duration { return 6 * p.Period }
+
+// Run publishes until ctx ends.
+func (p *Publisher) Run(ctx context.Context) {
+	log := klog.FromContext(ctx).WithName("capacity")
+	t := time.NewTicker(p.Period)
+	defer t.Stop()
+	for {
+		if err := p.Once(ctx); err != nil {
+			log.V(2).Info("publishing groups that fit", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Once counts and publishes one round.
+func (p *Publisher) Once(ctx context.Context) error {
+	now := time.Now()
+	if p.Now != nil {
+		now = p.Now()
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	var c Cluster
+	for _, o := range p.Nodes.List() {
+		if n, ok := o.(*corev1.Node); ok {
+			c.Nodes = append(c.Nodes, n)
+		}
+	}
+	for _, o := range p.Pods.List() {
+		if pod, ok := o.(*corev1.Pod); ok {
+			c.Pods = append(c.Pods, pod)
+		}
+	}
+	if p.Accelerators != nil {
+		c.Acc = p.Accelerators()
+	}
+	var counter *Counter
+	var firstErr error
+	for _, o := range p.ModelServings.List() {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		var ms workloadv1alpha1.ModelServing
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ms); err != nil {
+			continue
+		}
+		if ms.Spec.SchedulerName != p.Scheduler || ms.DeletionTimestamp != nil {
+			continue
+		}
+		if counter == nil {
+			counter = NewCounter(c)
+		}
+		replicas := int32(1)
+		if ms.Spec.Replicas != nil {
+			replicas = *ms.Spec.Replicas
+		}
+		// Groups the ModelServing has in spec but whose pods do not exist yet (just scaled
+		// up) will take capacity the pods cannot show yet.
+		missing := max(0, int(replicas)-groupsWithPods(c.Pods, &ms))
+		n := max(0, counter.Fits(&ms, limit+missing)-missing)
+		groupsThatFit.WithLabelValues(ms.Namespace, ms.Name).Set(float64(n))
+		if !p.due(&ms, n, replicas, now) {
+			continue
+		}
+		if err := p.patch(ctx, &ms, n, replicas, now); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// due says whether the published value must be written: the count changed, or less than
+// half of its vouched time remains.
+func (p *Publisher) due(ms *workloadv1alpha1.ModelServing, n int, replicas int32, now time.Time) bool {
+	if ms.Annotations[workloadv1alpha1.GroupsThatFitAnnotation] != strconv.Itoa(n) ||
+		ms.Annotations[workloadv1alpha1.GroupsThatFitReplicasAnnotation] != strconv.Itoa(int(replicas)) {
+		return true
+	}
+	until, err := time.Parse(time.RFC3339Nano, ms.Annotations[workloadv1alpha1.GroupsThatFitUntilAnnotation])
+	return err != nil || until.Sub(now) < p.TTL()/2
+}
+
+func (p *Publisher) patch(ctx context.Context, ms *workloadv1alpha1.ModelServing, n int, replicas int32, now time.Time) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		workloadv1alpha1.GroupsThatFitAnnotation:         strconv.Itoa(n),
+		workloadv1alpha1.GroupsThatFitReplicasAnnotation: strconv.Itoa(int(replicas)),
+		workloadv1alpha1.GroupsThatFitUntilAnnotation:    now.Add(p.TTL()).UTC().Format(time.RFC3339Nano),
+	}}})
+	if err != nil {
+		return err
+	}
+	_, err = p.Client.Resource(ModelServings).Namespace(ms.Namespace).Patch(ctx, ms.Name, types.MergePatchType, body, metav1.PatchOptions{})
+	return err
+}
+
+// groupsWithPods counts the ServingGroups of ms that have a pod that is not finished.
+func groupsWithPods(pods []*corev1.Pod, ms *workloadv1alpha1.ModelServing) int {
+	groups := map[string]bool{}
+	for _, p := range pods {
+		if p.Namespace != ms.Namespace || p.Labels[workloadv1alpha1.ModelServingNameLabel] != ms.Name ||
+			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		groups[p.Labels[workloadv1alpha1.GroupNameLabel]] = true
+	}
+	return len(groups)
+}

@@ -1,0 +1,172 @@
+package autoscale
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berth-sh/berth/internal/systemtest"
+	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale/binding"
+	"github.com/berth-sh/berth/pkg/sim"
+)
+
+// servedOn is served with pods of `gpus` GPUs that only nodes of the GPU product run.
+func (w *world) servedOn(name, model, app, product string, gpus, replicas int) {
+	w.apply(fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata: {name: %[1]s}
+spec:
+  schedulerName: berth-scheduler
+  replicas: %[4]d
+  template:
+    roles:
+    - name: server
+      replicas: 1
+      entryTemplate:
+        metadata: {labels: {app: %[3]s}}
+        spec:
+          nodeSelector: {%[5]s: %[6]s}
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.11.0
+            args: ["--model", "%[2]s"]
+            ports: [{containerPort: 8000}]
+            resources: {limits: {nvidia.com/gpu: "%[7]d"}}
+`, name, model, app, replicas, sim.GPUProductLabel, product, gpus))
+}
+
+// watchPending polls the namespace's pods and records, per pod, how long it has waited
+// unbound (until it bound, or until now).
+func (w *world) watchPending() func() map[string]time.Duration {
+	var mu sync.Mutex
+	since, waited := map[string]time.Time{}, map[string]time.Duration{}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			pods, err := kube.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{})
+			if err == nil {
+				now := time.Now()
+				mu.Lock()
+				for _, p := range pods.Items {
+					key := p.Name + "/" + string(p.UID)
+					if p.Spec.NodeName == "" && p.DeletionTimestamp == nil {
+						if _, ok := since[key]; !ok {
+							since[key] = now
+						}
+						waited[key] = now.Sub(since[key])
+					}
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-stop:
+				return
+			case <-w.ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	end := func() { once.Do(func() { close(stop); <-done }) }
+	w.t.Cleanup(end)
+	return func() map[string]time.Duration {
+		end()
+		mu.Lock()
+		defer mu.Unlock()
+		return waited
+	}
+}
+
+// Placement-aware scale-up: the cheap target's GPUs (one node of its product) hold two of
+// its 4-GPU groups; the load asks for four replicas. The optimizer would give all four to
+// the cheap target, two of them pods that cannot land; berth-scheduler's published counts
+// cap the cheap target at what fits, so the dear target (another product's node) takes
+// the overflow, and no group of the cheap target waits unplaced for longer than a
+// scheduling pass. Run with BERTH_TEST_BLIND_SCALING=1 (the autoscaler blind), it fails:
+// the cheap target goes to 4 with two groups pending for good.
+func TestOverflowGoesWhereItLands(t *testing.T) {
+	w := newWorld(t, 0)
+	small, big := w.ns+"-small", w.ns+"-big"
+	for i, product := range []string{small, big} {
+		_, err := kube.CoreV1().Nodes().Create(w.ctx, systemtest.GPUNode(fmt.Sprintf("%s-pool-%d", w.ns, i), w.ns, product), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	w.servedOn("cheap", "squeeze-model", "squeeze", small, 4, 1)
+	w.servedOn("dear", "squeeze-model", "squeeze", big, 4, 0)
+	w.route("squeeze", "squeeze-model")
+	w.waitAvailable("cheap", 1)
+	// The scheduler has published the counts: one more group of cheap fits, two of dear.
+	var seen string
+	defer func() { t.Logf("last counts seen: %s", seen) }()
+	w.eventually("berth-scheduler publishes the groups that fit", 20*time.Second, func() bool {
+		var a, b workloadv1alpha1.ModelServing
+		if cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "cheap"}, &a) != nil || cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "dear"}, &b) != nil {
+			return false
+		}
+		seen = fmt.Sprintf("cheap %q, dear %q", a.Annotations[workloadv1alpha1.GroupsThatFitAnnotation], b.Annotations[workloadv1alpha1.GroupsThatFitAnnotation])
+		return a.Annotations[workloadv1alpha1.GroupsThatFitAnnotation] == "1" && b.Annotations[workloadv1alpha1.GroupsThatFitAnnotation] == "2"
+	})
+	logs := w.watchReplicas("cheap", "dear")
+	cheap, dear := logs["cheap"], logs["dear"]
+	pending := w.watchPending()
+	w.apply(policyYAML("squeeze", `
+    scaleUp:
+      stablePolicy: {instances: 1, percent: 100, period: 1s}
+      panicPolicy: {panicThresholdPercent: 1000}
+    scaleDown: {stabilizationWindow: 30s, period: 1s}`), `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicyBinding
+metadata: {name: squeeze}
+spec:
+  policyRef: {name: squeeze}
+  optimizerConfiguration:
+    costExpansionRatePercent: 100
+    params:
+    - target: {targetRef: {name: cheap}, metricEndpoint: {port: 8000}}
+      cost: 10
+      minReplicas: 1
+      maxReplicas: 4
+    - target: {targetRef: {name: dear}, metricEndpoint: {port: 8000}}
+      cost: 100
+      minReplicas: 0
+      maxReplicas: 4
+`)
+	// 8 in flight against 2 per pod asks for 4 replicas in all.
+	l := w.startLoad("squeeze-model", 8, 400)
+	defer l.end()
+	w.eventually("4 replicas in all, the overflow on the dear target", 60*time.Second, func() bool {
+		return cheap.last()+dear.last() == 4 && dear.last() == 2
+	})
+	w.waitAvailable("dear", 2)
+	w.waitAvailable("cheap", 2)
+	w.decided(8, "squeeze") // settled: later decisions keep the split
+	assert.Equal(t, int32(2), cheap.last())
+	for _, c := range cheap.snapshot() {
+		assert.LessOrEqual(t, c.n, int32(2), "the cheap target never asked for a group that cannot land: %v", cheap.values())
+	}
+	var cond *metav1.Condition
+	w.eventually("the binding says capacity-limited with the counts", 10*time.Second, func() bool {
+		cond = meta.FindStatusCondition(w.binding("squeeze").Status.Conditions, binding.ConditionCapacityLimited)
+		return cond != nil && cond.Status == metav1.ConditionTrue
+	})
+	assert.Equal(t, "capacity-limited: 0 more groups of cheap fit, 0 more groups of dear fit", cond.Message)
+	w.hasEvent("squeeze", binding.ReasonCapacityLimited)
+	for pod, d := range pending() {
+		// A scheduling pass (the gang's plan, the binding, the informer's view) takes well
+		// under this; a group that cannot land waits for the whole run.
+		assert.Less(t, d, 5*time.Second, "pod %s waited unplaced", pod)
+	}
+	t.Logf("cheap %v, dear %v; %d requests answered, %d failed", cheap.values(), dear.values(), l.ok.Load(), l.bad.Load())
+}
