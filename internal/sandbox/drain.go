@@ -121,6 +121,7 @@ func runDrain(ctx context.Context, cl client.Client, routerURL string, out io.Wr
 	}
 	key := client.ObjectKeyFromObject(t.ms)
 	replicas := ptr.Deref(t.ms.Spec.Replicas, 1)
+	startReplicas := replicas
 	fmt.Fprintf(out, "\ndrain: cordoning %s, which holds ServingGroup %s of %s (%d available), while %d streams for %s run\n",
 		t.node, workloadv1alpha1.ServingGroupName(t.ms.Name, 0), key, t.ms.Status.AvailableReplicas, drainStreams, t.model)
 
@@ -215,8 +216,8 @@ func runDrain(ctx context.Context, cl client.Client, routerURL string, out io.Wr
 		groups = append(groups, g)
 	}
 	sort.Strings(groups)
-	fmt.Fprintf(out, "drain: %s moved off %s whole (%s); available groups never below %d of %d; %d streams answered during the drain, %d failed\n",
-		pluralGroups(len(groups)), t.node, strings.Join(groups, ", "), fewest, replicas, ok.Load(), bad.Load())
+	fmt.Fprintf(out, "drain: %s moved off %s whole (%s); available groups never below %d of %d (an autoscaler may have changed the count meanwhile); %d streams answered during the drain, %d failed\n",
+		pluralGroups(len(groups)), t.node, strings.Join(groups, ", "), fewest, startReplicas, ok.Load(), bad.Load())
 	if bad.Load() > 0 {
 		return errors.New("drain: a stream failed while the node was drained: " + firstErr)
 	}
