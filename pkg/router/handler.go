@@ -328,19 +328,6 @@ func (r *Router) forward(ctx context.Context, w http.ResponseWriter, req *http.R
 	var lastErr error
 	for attempt := 1; ; attempt++ {
 		x.attempts = attempt
-		if attempt > 1 {
-			// A retry picks among what the router sees now, not what it saw when the request
-			// came: during a rollout or a drain the endpoint that failed is often going away
-			// and its replacement has just become Ready (seen: a role rollout's last old
-			// prefill refused the connection while the new one was missing from the
-			// request's snapshot, and the request failed with "no pair left").
-			snap = r.view.Snapshot()
-			if cur.server != nil {
-				if s := snap.Server(ns, cur.target.Name); s != nil {
-					cur.server = s
-				}
-			}
-		}
 		if attempt > 1 && cur.provider != nil {
 			if next, found := fallover(); found {
 				cur = next
