@@ -139,7 +139,18 @@ func (w *world) apply(manifests ...string) {
 // ModelRoute so the router serves it by that name. Pods carry label app=<app> (the
 // ModelServer selects on it, so several ModelServings can serve one model).
 func (w *world) served(name, model, app string, replicas int) {
-	w.apply(fmt.Sprintf(`
+	w.apply(servedYAML(name, model, app, replicas, 1, "", ""))
+}
+
+// servedYAML is a one-role ModelServing for berth-scheduler whose engine pods (label app)
+// serve model, each asking gpus GPUs, with extraArgs after --model (a JSON list tail such as
+// `, "--max-num-seqs", "8"`) and nodeSelector (a YAML flow map, "" for none).
+func servedYAML(name, model, app string, replicas, gpus int, extraArgs, nodeSelector string) string {
+	sel := ""
+	if nodeSelector != "" {
+		sel = "\n          nodeSelector: " + nodeSelector
+	}
+	return fmt.Sprintf(`
 apiVersion: workload.serving.volcano.sh/v1alpha1
 kind: ModelServing
 metadata: {name: %[1]s}
@@ -152,14 +163,14 @@ spec:
       replicas: 1
       entryTemplate:
         metadata: {labels: {app: %[3]s}}
-        spec:
+        spec:%[7]s
           containers:
           - name: vllm
             image: vllm/vllm-openai:v0.11.0
-            args: ["--model", "%[2]s"]
+            args: ["--model", "%[2]s"%[6]s]
             ports: [{containerPort: 8000}]
-            resources: {limits: {nvidia.com/gpu: "1"}}
-`, name, model, app, replicas))
+            resources: {limits: {nvidia.com/gpu: "%[5]d"}}
+`, name, model, app, replicas, gpus, extraArgs, sel)
 }
 
 func (w *world) route(app, model string) {

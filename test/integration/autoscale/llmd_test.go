@@ -24,27 +24,7 @@ import (
 // (vLLM's --max-num-seqs): more requests than that queue, which is what llm-d's
 // saturation analyzer scales on.
 func (w *world) servedBatch(name, model, app string, replicas, batch int) {
-	w.apply(fmt.Sprintf(`
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: ModelServing
-metadata: {name: %[1]s}
-spec:
-  schedulerName: berth-scheduler
-  replicas: %[4]d
-  template:
-    roles:
-    - name: server
-      replicas: 1
-      entryTemplate:
-        metadata: {labels: {app: %[3]s}}
-        spec:
-          containers:
-          - name: vllm
-            image: vllm/vllm-openai:v0.11.0
-            args: ["--model", "%[2]s", "--max-num-seqs", "%[5]d"]
-            ports: [{containerPort: 8000}]
-            resources: {limits: {nvidia.com/gpu: "1"}}
-`, name, model, app, replicas, batch))
+	w.apply(servedYAML(name, model, app, replicas, 1, fmt.Sprintf(`, "--max-num-seqs", "%d"`, batch), ""))
 }
 
 // series is one exported sample: its labels and value.
