@@ -781,7 +781,13 @@ func (l *loadStats) request(ctx context.Context, rng *rand.Rand, routers []*rout
 			r := reason(err)
 			l.unexplained[r]++
 			if l.example[r] == "" {
-				l.example[r] = fmt.Sprintf("%s at %s via %s: %v", model, tried.Format(time.StampMilli), s.addr, err)
+				detail := err.Error()
+				var apiErr *openai.Error
+				if errors.As(err, &apiErr) {
+					// The router's own words (code and message), which the status alone does not say.
+					detail = fmt.Sprintf("%d %s: %s", apiErr.StatusCode, apiErr.Code, apiErr.Message)
+				}
+				l.example[r] = fmt.Sprintf("%s at %s via %s: %s", model, tried.Format(time.StampMilli), s.addr, detail)
 			}
 		}
 		if err == nil {
