@@ -101,6 +101,7 @@ func (p *Publisher) Once(ctx context.Context) error {
 	}
 	var counter *Counter
 	var firstErr error
+	withPods := groupsWithPods(c.Pods)
 	for _, o := range p.ModelServings.List() {
 		u, ok := o.(*unstructured.Unstructured)
 		if !ok {
@@ -122,7 +123,7 @@ func (p *Publisher) Once(ctx context.Context) error {
 		}
 		// Groups the ModelServing has in spec but whose pods do not exist yet (just scaled
 		// up) will take capacity the pods cannot show yet.
-		missing := max(0, int(replicas)-groupsWithPods(c.Pods, &ms))
+		missing := max(0, int(replicas)-len(withPods[types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}]))
 		n := max(0, counter.Fits(&ms, limit+missing)-missing)
 		groupsThatFit.WithLabelValues(ms.Namespace, ms.Name).Set(float64(n))
 		if !p.due(&ms, n, replicas, now) {
@@ -159,15 +160,20 @@ func (p *Publisher) patch(ctx context.Context, ms *workloadv1alpha1.ModelServing
 	return err
 }
 
-// groupsWithPods counts the ServingGroups of ms that have a pod that is not finished.
-func groupsWithPods(pods []*corev1.Pod, ms *workloadv1alpha1.ModelServing) int {
-	groups := map[string]bool{}
+// groupsWithPods is, per ModelServing, the set of its ServingGroups that have a pod that is
+// not finished: one pass over the pods per round, not one per ModelServing.
+func groupsWithPods(pods []*corev1.Pod) map[types.NamespacedName]map[string]bool {
+	out := map[types.NamespacedName]map[string]bool{}
 	for _, p := range pods {
-		if p.Namespace != ms.Namespace || p.Labels[workloadv1alpha1.ModelServingNameLabel] != ms.Name ||
-			p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		ms := p.Labels[workloadv1alpha1.ModelServingNameLabel]
+		if ms == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		groups[p.Labels[workloadv1alpha1.GroupNameLabel]] = true
+		key := types.NamespacedName{Namespace: p.Namespace, Name: ms}
+		if out[key] == nil {
+			out[key] = map[string]bool{}
+		}
+		out[key][p.Labels[workloadv1alpha1.GroupNameLabel]] = true
 	}
-	return len(groups)
+	return out
 }

@@ -91,13 +91,9 @@ func reportCapacity(targets []*target, want, blind []int32) capacityReport {
 		if want[i] != blind[i] {
 			rep.limited = true
 		}
-		noun := "groups"
+		noun, verb := "groups", "fit"
 		if t.fits == 1 {
-			noun = "group"
-		}
-		verb := "fit"
-		if t.fits == 1 {
-			verb = "fits"
+			noun, verb = "group", "fits"
 		}
 		parts = append(parts, fmt.Sprintf("%d more %s of %s %s", t.fits, noun, t.key, verb))
 	}
