@@ -50,6 +50,37 @@ spec:
 `, name, policy, target, lo, hi)
 }
 
+// optParam is one target of an optimizer binding: its ModelServing, cost and bounds.
+type optParam struct {
+	target   string
+	cost     int
+	min, max int
+}
+
+// optimizerBindingYAML is an optimizer binding of policy over params (in that order), the
+// metrics read from each target's pods on port 8000.
+func optimizerBindingYAML(name, policy string, costExpansionRatePercent int, params ...optParam) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicyBinding
+metadata: {name: %s}
+spec:
+  policyRef: {name: %s}
+  optimizerConfiguration:
+    costExpansionRatePercent: %d
+    params:
+`, name, policy, costExpansionRatePercent)
+	for _, p := range params {
+		fmt.Fprintf(&b, `    - target: {targetRef: {name: %s}, metricEndpoint: {port: 8000}}
+      cost: %d
+      minReplicas: %d
+      maxReplicas: %d
+`, p.target, p.cost, p.min, p.max)
+	}
+	return b.String()
+}
+
 func condition(b *workloadv1alpha1.AutoscalingPolicyBinding, typ string) (string, string, string) {
 	c := meta.FindStatusCondition(b.Status.Conditions, typ)
 	if c == nil {
@@ -191,24 +222,8 @@ func TestOptimizerFillsTheCheapTargetFirst(t *testing.T) {
     scaleUp:
       stablePolicy: {instances: 1, percent: 100, period: 1s}
       panicPolicy: {panicThresholdPercent: 1000}
-    scaleDown: {stabilizationWindow: 2s, period: 1s}`), `
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: AutoscalingPolicyBinding
-metadata: {name: mixed}
-spec:
-  policyRef: {name: opt}
-  optimizerConfiguration:
-    costExpansionRatePercent: 200
-    params:
-    - target: {targetRef: {name: dear}, metricEndpoint: {port: 8000}}
-      cost: 100
-      minReplicas: 0
-      maxReplicas: 3
-    - target: {targetRef: {name: cheap}, metricEndpoint: {port: 8000}}
-      cost: 10
-      minReplicas: 1
-      maxReplicas: 3
-`)
+    scaleDown: {stabilizationWindow: 2s, period: 1s}`),
+		optimizerBindingYAML("mixed", "opt", 200, optParam{"dear", 100, 0, 3}, optParam{"cheap", 10, 1, 3}))
 	shares := []autoscale.Share{{Cost: 100, Min: 0, Max: 3}, {Cost: 10, Min: 1, Max: 3}}
 	// 10 in flight against 2 per pod asks for 5 replicas in all.
 	l := w.startLoad("mixed-model", 10, 400)

@@ -104,24 +104,8 @@ func TestOverflowGoesWhereItLands(t *testing.T) {
     scaleUp:
       stablePolicy: {instances: 1, percent: 100, period: 1s}
       panicPolicy: {panicThresholdPercent: 1000}
-    scaleDown: {stabilizationWindow: 30s, period: 1s}`), `
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: AutoscalingPolicyBinding
-metadata: {name: squeeze}
-spec:
-  policyRef: {name: squeeze}
-  optimizerConfiguration:
-    costExpansionRatePercent: 100
-    params:
-    - target: {targetRef: {name: cheap}, metricEndpoint: {port: 8000}}
-      cost: 10
-      minReplicas: 1
-      maxReplicas: 4
-    - target: {targetRef: {name: dear}, metricEndpoint: {port: 8000}}
-      cost: 100
-      minReplicas: 0
-      maxReplicas: 4
-`)
+    scaleDown: {stabilizationWindow: 30s, period: 1s}`),
+		optimizerBindingYAML("squeeze", "squeeze", 100, optParam{"cheap", 10, 1, 4}, optParam{"dear", 100, 0, 4}))
 	// 8 in flight against 2 per pod asks for 4 replicas in all.
 	l := w.startLoad("squeeze-model", 8, 400)
 	defer l.end()
