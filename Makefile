@@ -153,7 +153,7 @@ test-deps:
 	  command -v "$$1" >/dev/null && return 0; \
 	  echo "$$1 is not on the PATH ($$3); installing Debian's $$2 package"; \
 	  sudo=; [ "$$(id -u)" -eq 0 ] || sudo="sudo -n"; \
-	  install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$$2"; }; \
+	  pkg="$$2"; install() { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$$pkg"; }; \
 	  if command -v apt-get >/dev/null && { install || { $$sudo apt-get update && install; }; } && command -v "$$1" >/dev/null; then return 0; fi; \
 	  echo "make test needs $$1 ($$3): run 'sudo apt-get install $$2' (or your system's package of it), then make test again" >&2; \
 	  return 1; \

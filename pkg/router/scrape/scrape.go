@@ -104,8 +104,8 @@ type Stats struct {
 	Updated time.Time
 	// Err is the last scrape's error, nil after a success.
 	Err error
-	// OwnAtScrape is how many requests this router had in flight to the endpoint when the
-	// last scrape answered (see Scraper.OwnLoad): Running+Waiting minus it estimates the
+	// OwnAtScrape is how many requests this router had in flight to the endpoint as the
+	// last scrape asked and answered, the larger of the two (see Scraper.OwnLoad): Running+Waiting minus it estimates the
 	// load other router replicas put there.
 	OwnAtScrape float64
 	// Scrapes counts the scrapes of the endpoint that ended, in success or error: one that
@@ -119,7 +119,7 @@ type Scraper struct {
 	interval time.Duration
 	client   *http.Client
 	// OwnLoad, when set before Sync, says how many requests this router has in flight to an
-	// address; it is sampled as each scrape answers (Stats.OwnAtScrape).
+	// address; it is sampled as each scrape asks and answers (Stats.OwnAtScrape).
 	OwnLoad func(addr string) int64
 
 	mu      sync.RWMutex
@@ -178,10 +178,17 @@ func (s *Scraper) loop(ctx context.Context, addr string, t *target) {
 	tick := time.NewTicker(s.interval)
 	defer tick.Stop()
 	for {
-		m, err := s.fetchMetrics(ctx, t.url)
+		// Own load is sampled before and after the fetch and the larger kept: a request
+		// this router let go of while the engine was answering may still be in the
+		// engine's count, and taking the smaller would book it to another router replica
+		// (the fair queue would then hold a slot back until the next scrape).
 		own := 0.0
 		if s.OwnLoad != nil {
 			own = float64(s.OwnLoad(addr))
+		}
+		m, err := s.fetchMetrics(ctx, t.url)
+		if s.OwnLoad != nil {
+			own = max(own, float64(s.OwnLoad(addr)))
 		}
 		var adapters map[string]bool
 		if err == nil {
