@@ -269,7 +269,7 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.M
 	keda := serves(cached, modelvariants.ScaledObjectGVK)
 	sizer := &modelvariants.Sizer{
 		Client: mgr.GetClient(), Scales: scales, Mapper: mgr.GetRESTMapper(), Scope: manage,
-		ScaledObjects: keda, PeakWindow: variantSync,
+		ScaledObjects: keda, PeakWindow: variantSync, BlindScaling: o.BlindScaling,
 	}
 	if err := (&variantscaler.Reconciler{
 		Scope:          manage,
@@ -280,6 +280,7 @@ func addAutoscaler(mgr ctrl.Manager, cfg *rest.Config, o Options, manage scope.M
 		Actuation:      actuation,
 		CostsConfigMap: costs,
 		Variants:       sizer,
+		BlindScaling:   o.BlindScaling,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("VariantAutoscaling reconciler: %w", err)
 	}

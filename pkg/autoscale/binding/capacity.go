@@ -2,7 +2,6 @@ package binding
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,23 +33,9 @@ const (
 // readFits reads t's published count into t.fits (-1: none, or not fresh at now).
 func readFits(t *target, annotations map[string]string, now time.Time) {
 	t.fits = -1
-	v, ok := annotations[workloadv1alpha1.GroupsThatFitAnnotation]
-	if !ok {
-		return
+	if fits, base, ok := autoscale.GroupsThatFit(annotations, now); ok {
+		t.fits, t.fitsBase = fits, base
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return
-	}
-	until, err := time.Parse(time.RFC3339Nano, annotations[workloadv1alpha1.GroupsThatFitUntilAnnotation])
-	if err != nil || now.After(until) {
-		return
-	}
-	base, err := strconv.Atoi(annotations[workloadv1alpha1.GroupsThatFitReplicasAnnotation])
-	if err != nil || base < 0 {
-		return
-	}
-	t.fits, t.fitsBase = int32(n), int32(base)
 }
 
 // capOf is the most replicas t may be scaled to now that can land: the replicas the count
@@ -60,7 +45,7 @@ func capOf(t *target) int32 {
 	if t.fits < 0 {
 		return -1
 	}
-	return max(t.fitsBase+t.fits, t.min, t.scale.Spec.Replicas)
+	return max(autoscale.ReplicasThatLand(t.fits, t.fitsBase, t.scale.Spec.Replicas), t.min)
 }
 
 // capped lowers the bound hi to c (no cap when c < 0), never below lo.

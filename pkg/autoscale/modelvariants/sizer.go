@@ -26,6 +26,7 @@ import (
 	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale"
 	"github.com/berth-sh/berth/pkg/autoscale/podmetrics"
 	"github.com/berth-sh/berth/pkg/autoscale/saturation"
 	"github.com/berth-sh/berth/pkg/scope"
@@ -82,6 +83,10 @@ type Sizer struct {
 	// PeakWindow: a replica's reading is the highest of its reads within this window,
 	// as llm-d queries max_over_time[1m] (default one minute).
 	PeakWindow time.Duration
+	// BlindScaling turns placement-aware scale-up off (--placement-aware-scaling=false):
+	// without it, a variant whose ModelServing has no room for another group by
+	// berth-scheduler's published count is passed over for the next-cheapest one.
+	BlindScaling bool
 	// Now is the clock.
 	Now func() time.Time
 
@@ -178,7 +183,8 @@ func (s *Sizer) Size(ctx context.Context, self Variant) (*Result, error) {
 		if !ok {
 			desired = v.Desired
 		}
-		states = append(states, saturation.VariantState{Variant: id, Current: int(tr.current), Desired: int(desired), Pending: max(0, int(tr.current)-tr.ready)})
+		states = append(states, saturation.VariantState{Variant: id, Current: int(tr.current), Desired: int(desired), Pending: max(0, int(tr.current)-tr.ready),
+			Full: s.full(ctx, v, tr, now)})
 	}
 	if mine.current > 0 && len(mine.groups) == 0 {
 		if mine.answered > 0 {
@@ -203,6 +209,20 @@ func (s *Sizer) Size(ctx context.Context, self Variant) (*Result, error) {
 		Variant: self, Current: mine.current, Scale: mine.scale, GroupResource: mine.gr, Target: target, Accelerator: acc,
 		Reporting: len(mine.groups), Reason: d.Reason, Variants: names, Analysis: a,
 	}, nil
+}
+
+// full says berth-scheduler's fresh count on the variant's ModelServing leaves no room for
+// one more group; false for other kinds, without a fresh count, or when scaling blind.
+func (s *Sizer) full(ctx context.Context, v Variant, tr *targetReading, now time.Time) bool {
+	if s.BlindScaling || !v.ScalesModelServing() {
+		return false
+	}
+	var ms workloadv1alpha1.ModelServing
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: v.Namespace, Name: v.Target.Name}, &ms); err != nil {
+		return false
+	}
+	fits, base, ok := autoscale.GroupsThatFit(ms.Annotations, now)
+	return ok && tr.scale.Spec.Replicas >= autoscale.ReplicasThatLand(fits, base, 0)
 }
 
 // clamp keeps a target within a variant's bounds, and at one replica or more: a variant

@@ -145,6 +145,10 @@ type VariantState struct {
 	Desired int
 	// Pending is replicas that exist but are not ready yet.
 	Pending int
+	// Full says no more replica of the variant can be placed now (berth-scheduler's
+	// published count: placement-aware scale-up): a scale-up goes to the cheapest variant
+	// that can land instead.
+	Full bool
 }
 
 // Decision is a model's targets and why.
@@ -197,9 +201,14 @@ func Targets(a Analysis, states []VariantState) Decision {
 	switch {
 	case a.ShouldScaleUp:
 		var cheapest *VariantAnalysis
+		var full []string
 		for i := range a.Variants {
 			v := &a.Variants[i]
 			if byName[v.Variant].Pending > 0 {
+				continue
+			}
+			if byName[v.Variant].Full {
+				full = append(full, v.Variant)
 				continue
 			}
 			if cheapest == nil || v.Cost < cheapest.Cost {
@@ -207,11 +216,21 @@ func Targets(a Analysis, states []VariantState) Decision {
 			}
 		}
 		if cheapest == nil {
+			if len(full) > 0 {
+				d.Reason = fmt.Sprintf("%s: capacity-limited: no more replica of %s fits now", a.ScaleUpReason, strings.Join(full, ", "))
+				if len(full) < len(a.Variants) {
+					d.Reason += "; the others have replicas starting"
+				}
+				return d
+			}
 			d.Reason = a.ScaleUpReason + ": every variant has replicas starting"
 			return d
 		}
 		d.Targets[cheapest.Variant]++
 		d.Reason = fmt.Sprintf("%s: one more replica of %s (cost %g)", a.ScaleUpReason, cheapest.Variant, cheapest.Cost)
+		if len(full) > 0 {
+			d.Reason += fmt.Sprintf("; capacity-limited: no more replica of %s fits now", strings.Join(full, ", "))
+		}
 	case a.ScaleDownSafe:
 		var dearest *VariantAnalysis
 		for i := range a.Variants {

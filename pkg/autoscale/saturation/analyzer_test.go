@@ -136,6 +136,18 @@ func TestTargets(t *testing.T) {
 			want:   map[string]int{"cheap": 1, "dear": 2}, reason: "one more replica of dear",
 		},
 		{
+			name:   "the cheapest that cannot land is skipped (placement-aware)",
+			a:      up("cheap", "cheap", "dear"),
+			states: []VariantState{{Variant: "cheap", Current: 2, Full: true}, {Variant: "dear", Current: 1}},
+			want:   map[string]int{"cheap": 2, "dear": 2}, reason: "one more replica of dear (cost 20); capacity-limited: no more replica of cheap fits now",
+		},
+		{
+			name:   "no variant can land: nothing",
+			a:      up("cheap", "dear"),
+			states: []VariantState{{Variant: "cheap", Current: 1, Full: true}, {Variant: "dear", Current: 1, Full: true}},
+			want:   map[string]int{"cheap": 1, "dear": 1}, reason: "capacity-limited: no more replica of cheap, dear fits now",
+		},
+		{
 			name:   "equal costs: the first by name scales up",
 			a:      up("dear2", "dear"),
 			states: []VariantState{{Variant: "dear", Current: 1}, {Variant: "dear2", Current: 1}},

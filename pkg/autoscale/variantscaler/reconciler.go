@@ -41,6 +41,7 @@ import (
 	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale"
 	"github.com/berth-sh/berth/pkg/autoscale/modelvariants"
 	"github.com/berth-sh/berth/pkg/autoscale/podmetrics"
 	"github.com/berth-sh/berth/pkg/autoscale/variant"
@@ -108,6 +109,9 @@ type Reconciler struct {
 	// Variants sizes VariantAutoscalings written in llm-d v0.5's shape, with the annotated
 	// HPAs and ScaledObjects of the same model (shared with pkg/autoscale/managedscalers).
 	Variants *modelvariants.Sizer
+	// BlindScaling turns placement-aware scale-up off (--placement-aware-scaling=false): a
+	// scale-up is made whatever berth-scheduler's published count says.
+	BlindScaling bool
 	// Now is the clock.
 	Now func() time.Time
 
@@ -124,6 +128,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=configmaps;pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=networking.serving.volcano.sh,resources=modelservers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings/scale,verbs=get;update;patch
+// +kubebuilder:rbac:groups=workload.serving.volcano.sh,resources=modelservings,verbs=get;list;watch
 
 // SetupWithManager registers the reconciler: variants drive it and requeue themselves each
 // sync period; a change of a ConfigMap they read reaches them at once.
@@ -338,12 +343,20 @@ func (r *Reconciler) run(ctx context.Context, va *llmdv1alpha1.VariantAutoscalin
 		},
 	}
 	desired := int32(alloc.Replicas)
+	limited := ""
+	if desired > current && !r.BlindScaling {
+		desired, limited = r.capToWhatLands(ctx, va, current, desired, now)
+	}
 	status.DesiredOptimizedAlloc = &llmdv1alpha1.OptimizedAlloc{LastRunTime: metav1.Time{Time: now}, Accelerator: alloc.Accelerator, NumReplicas: desired}
 	desiredReplicas.WithLabelValues(va.Name, va.Namespace, alloc.Accelerator).Set(float64(desired))
 	currentReplicas.WithLabelValues(va.Name, va.Namespace, curAcc).Set(float64(current))
 
 	msg := fmt.Sprintf("%s × %d for %.2f req/min of %.1f input and %.1f output tokens (class %s: slo-tpot %g ms, slo-ttft %g ms; at that load a replica sees ITL %.2f ms, wait %.2f ms, TTFT %.2f ms, and serves up to %.2f req/min within the SLO; costs from %s)",
 		alloc.Accelerator, desired, ld.RatePerMinute, ld.AvgInput, ld.AvgOutput, class, slo.TPOT, slo.TTFT, alloc.ITLAverage, alloc.WaitAverage, alloc.TTFTAverage, alloc.MaxRatePerReplica, costsFrom)
+	if limited != "" {
+		msg += "; " + limited
+		r.Recorder.Eventf(va, nil, corev1.EventTypeNormal, ReasonCapacityLimited, actionSize, "ModelServing %s: %s", va.Name, limited)
+	}
 	if r.Actuation == ActuateMetric {
 		status.Actuation.Applied = true
 		setReady(status, va.Generation, ReasonOptimized, msg+"; exported as inferno_desired_replicas for an external autoscaler")
@@ -365,6 +378,29 @@ func (r *Reconciler) run(ctx context.Context, va *llmdv1alpha1.VariantAutoscalin
 	status.Actuation.Applied = true
 	setReady(status, va.Generation, ReasonOptimized, msg)
 	return nil
+}
+
+// capToWhatLands lowers a scale-up of the variant's ModelServing to the replicas that can
+// land now, by the count berth-scheduler publishes on it; without a fresh count (another
+// scheduler, one that stopped publishing) desired stands. limited says what was held back.
+func (r *Reconciler) capToWhatLands(ctx context.Context, va *llmdv1alpha1.VariantAutoscaling, current, desired int32, now time.Time) (int32, string) {
+	var ms workloadv1alpha1.ModelServing
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: va.Namespace, Name: va.Name}, &ms); err != nil {
+		return desired, ""
+	}
+	fits, base, ok := autoscale.GroupsThatFit(ms.Annotations, now)
+	if !ok {
+		return desired, ""
+	}
+	land := autoscale.ReplicasThatLand(fits, base, current)
+	if desired <= land {
+		return desired, ""
+	}
+	noun, verb := "groups", "fit"
+	if fits == 1 {
+		noun, verb = "group", "fits"
+	}
+	return land, fmt.Sprintf("capacity-limited: %d more %s of %s %s now, so %d replicas instead of %d", fits, noun, va.Name, verb, land, desired)
 }
 
 // slo finds the variant's SLO. First the service class its sloClassRef names (the ConfigMap

@@ -2,6 +2,7 @@ package autoscale
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -134,4 +135,94 @@ func TestOverflowGoesWhereItLands(t *testing.T) {
 		assert.Less(t, d, 5*time.Second, "pod %s waited unplaced", pod)
 	}
 	t.Logf("cheap %v, dear %v; %d requests answered, %d failed", cheap.values(), dear.values(), l.ok.Load(), l.bad.Load())
+}
+
+// Placement-aware scale-up on the llm-d path: a VariantAutoscaling whose ModelServing's pool
+// (one node of its GPU product) holds two of its 4-GPU groups, under a load its queueing model
+// sizes at three or more replicas, scales to the two that land and says why in its Ready
+// condition and an event; no group waits unplaced. Blind (BERTH_TEST_BLIND_SCALING=1) it
+// goes past two and the extra groups stay pending.
+func TestVariantAutoscalingScalesOnlyWhatLands(t *testing.T) {
+	w := newWorld(t, 0)
+	product := w.ns + "-pool"
+	_, err := kube.CoreV1().Nodes().Create(w.ctx, systemtest.GPUNode(w.ns+"-pool-0", w.ns, product), metav1.CreateOptions{})
+	require.NoError(t, err)
+	w.servedOn("va-squeeze", "va-squeeze", "va-squeeze", product, 4, 1)
+	w.route("va-squeeze", "va-squeeze")
+	w.waitAvailable("va-squeeze", 1)
+	w.eventually("berth-scheduler publishes that one more group fits", 20*time.Second, func() bool {
+		var ms workloadv1alpha1.ModelServing
+		return cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "va-squeeze"}, &ms) == nil &&
+			ms.Annotations[workloadv1alpha1.GroupsThatFitAnnotation] == "1"
+	})
+	log := w.watchReplicas("va-squeeze")["va-squeeze"]
+	pending := w.watchPending()
+	w.apply(sloConfigMap("service-classes-config", "va-squeeze"), costsConfigMap,
+		fmt.Sprintf(variantYAML, "va-squeeze", "va-squeeze", "service-classes-config"))
+	// As in TestVariantAutoscalingScalesItsModelServing: far more than one replica serves
+	// within the SLO; the model asks for three or more.
+	l := w.startLoad("va-squeeze", 16, 100)
+	defer l.end()
+	var msg string
+	w.eventually("the variant says it is capacity-limited", 60*time.Second, func() bool {
+		_, _, msg = readyOf(w.variant("va-squeeze"))
+		return strings.Contains(msg, "capacity-limited: ") && strings.Contains(msg, "of va-squeeze") && strings.Contains(msg, "so 2 replicas instead of")
+	})
+	w.waitAvailable("va-squeeze", 2)
+	w.hasEventOn("VariantAutoscaling", "va-squeeze", "CapacityLimited")
+	for _, c := range log.snapshot() {
+		assert.LessOrEqual(t, c.n, int32(2), "never more replicas than land: %v", log.values())
+	}
+	for pod, d := range pending() {
+		assert.Less(t, d, 5*time.Second, "pod %s waited unplaced", pod)
+	}
+	t.Logf("replicas %v; Ready: %s", log.values(), msg)
+}
+
+// The llm-d v0.5 path: two variants of one model, the cheap one on a pool that holds two of
+// its 4-GPU groups, the dear one on a pool with room. Under load the saturation analyzer adds
+// replicas to the cheapest variant; once the cheap pool is full (berth-scheduler's count),
+// the next ones go to the dear variant, and no group waits unplaced. Blind
+// (BERTH_TEST_BLIND_SCALING=1) the cheap variant goes to three and that group stays pending.
+func TestLLMDVariantOverflowGoesWhereItLands(t *testing.T) {
+	w := newWorld(t, 0)
+	small, big := w.ns+"-small", w.ns+"-big"
+	for i, product := range []string{small, big} {
+		_, err := kube.CoreV1().Nodes().Create(w.ctx, systemtest.GPUNode(fmt.Sprintf("%s-pool-%d", w.ns, i), w.ns, product), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	batch := `, "--max-num-seqs", "4"`
+	w.apply(servedYAML("lv-cheap", "lv", "lv", 1, 4, batch, fmt.Sprintf("{%s: %s}", sim.GPUProductLabel, small)),
+		servedYAML("lv-dear", "lv", "lv", 1, 4, batch, fmt.Sprintf("{%s: %s}", sim.GPUProductLabel, big)))
+	w.route("lv", "lv")
+	w.waitAvailable("lv-cheap", 1)
+	w.waitAvailable("lv-dear", 1)
+	logs := w.watchReplicas("lv-cheap", "lv-dear")
+	pending := w.watchPending()
+	variant := func(name, cost string) string {
+		return fmt.Sprintf(`
+apiVersion: llmd.ai/v1alpha1
+kind: VariantAutoscaling
+metadata: {name: %[1]s}
+spec:
+  scaleTargetRef: {apiVersion: workload.serving.volcano.sh/v1alpha1, kind: ModelServing, name: %[1]s}
+  modelID: lv
+  variantCost: "%[2]s"
+`, name, cost)
+	}
+	w.apply(variant("lv-cheap", "10"), variant("lv-dear", "80"))
+	l := w.startLoad("lv", 24, 200)
+	defer l.end()
+	w.eventually("the overflow reached the dear variant", 90*time.Second, func() bool {
+		return logs["lv-cheap"].last() == 2 && logs["lv-dear"].last() >= 2
+	})
+	w.waitAvailable("lv-dear", 2)
+	for _, c := range logs["lv-cheap"].snapshot() {
+		assert.LessOrEqual(t, c.n, int32(2), "the cheap variant never asked for a group that cannot land: %v", logs["lv-cheap"].values())
+	}
+	for pod, d := range pending() {
+		assert.Less(t, d, 5*time.Second, "pod %s waited unplaced", pod)
+	}
+	_, _, msg := readyOf(w.variant("lv-dear"))
+	t.Logf("replicas: cheap %v, dear %v; dear's Ready: %s", logs["lv-cheap"].values(), logs["lv-dear"].values(), msg)
 }
