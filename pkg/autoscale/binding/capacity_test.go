@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 )
@@ -46,4 +47,26 @@ func TestReportCapacitySaysWhatFits(t *testing.T) {
 	assert.False(t, rep.limited)
 	assert.Equal(t, "capacity: 0 more groups of cheap fit, 3 more groups of dear fit", rep.message)
 	assert.False(t, reportCapacity([]*target{{fits: -1}}, []int32{1}, []int32{1}).known)
+}
+
+// A status whose only change is the CapacityLimited message (new counts) is written at once;
+// one whose only change is the Ready message (live readings) waits for the minute.
+func TestCapacityMessageIsWrittenAtOnce(t *testing.T) {
+	now := time.Now()
+	status := func(ready, capacity string) *workloadv1alpha1.AutoscalingPolicyBindingStatus {
+		return &workloadv1alpha1.AutoscalingPolicyBindingStatus{
+			LastDecisionTime: &metav1.Time{Time: now},
+			Conditions: []metav1.Condition{
+				{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "Decided", Message: ready},
+				{Type: ConditionCapacityLimited, Status: metav1.ConditionTrue, Reason: ReasonCapacityLimited, Message: capacity},
+			},
+		}
+	}
+	a := status("2.5 per pod", "capacity-limited: 0 more groups of a fit, 2 more groups of b fit")
+	if !equalStatus(a, status("2.7 per pod", "capacity-limited: 0 more groups of a fit, 2 more groups of b fit")) {
+		t.Error("a new reading alone should wait for the minute")
+	}
+	if equalStatus(a, status("2.5 per pod", "capacity-limited: 0 more groups of a fit, 0 more groups of b fit")) {
+		t.Error("new counts should be written at once")
+	}
 }

@@ -523,7 +523,10 @@ func metricsSummary(p autoscale.Policy, samples map[string]autoscale.Sample, per
 // live readings (metric values, the decision time, the Ready message while its reason holds)
 // unless the last write is over a minute old. A binding whose decision does not change is
 // then written once a minute, not every sync, so a short sync period costs the apiserver
-// nothing; every change of replicas, recommendation, reason or panic mode is written at once.
+// nothing; every change of replicas, recommendation, reason or panic mode is written at once,
+// and so is a change of the CapacityLimited message: it holds the groups that fit, which
+// change when the cluster does, not every sync (and its event is sent once per new message,
+// judged against the written status).
 func equalStatus(a, b *workloadv1alpha1.AutoscalingPolicyBindingStatus) bool {
 	if a.LastDecisionTime == nil || b.LastDecisionTime == nil || b.LastDecisionTime.Sub(a.LastDecisionTime.Time) > time.Minute {
 		return false
@@ -535,7 +538,10 @@ func equalStatus(a, b *workloadv1alpha1.AutoscalingPolicyBindingStatus) bool {
 			st.Metrics[i].Current, st.Metrics[i].Pods = nil, 0
 		}
 		for i := range st.Conditions {
-			st.Conditions[i].Message, st.Conditions[i].LastTransitionTime = "", metav1.Time{}
+			if st.Conditions[i].Type != ConditionCapacityLimited {
+				st.Conditions[i].Message = ""
+			}
+			st.Conditions[i].LastTransitionTime = metav1.Time{}
 		}
 	}
 	return equality.Semantic.DeepEqual(x, y)

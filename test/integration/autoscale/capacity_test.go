@@ -24,6 +24,15 @@ func (w *world) servedOn(name, model, app, product string, gpus, replicas int) {
 	w.apply(servedYAML(name, model, app, replicas, gpus, "", fmt.Sprintf("{%s: %s}", sim.GPUProductLabel, product)))
 }
 
+// gpuPools creates one 8-GPU node of each GPU product, node i named <ns>-pool-<i>.
+func (w *world) gpuPools(products ...string) {
+	w.t.Helper()
+	for i, product := range products {
+		_, err := kube.CoreV1().Nodes().Create(w.ctx, systemtest.GPUNode(fmt.Sprintf("%s-pool-%d", w.ns, i), w.ns, product), metav1.CreateOptions{})
+		require.NoError(w.t, err)
+	}
+}
+
 // watchPending polls the namespace's pods and records, per pod, how long it has waited
 // unbound (until it bound, or until now).
 func (w *world) watchPending() func() map[string]time.Duration {
@@ -79,10 +88,7 @@ func (w *world) watchPending() func() map[string]time.Duration {
 func TestOverflowGoesWhereItLands(t *testing.T) {
 	w := newWorld(t, 0)
 	small, big := w.ns+"-small", w.ns+"-big"
-	for i, product := range []string{small, big} {
-		_, err := kube.CoreV1().Nodes().Create(w.ctx, systemtest.GPUNode(fmt.Sprintf("%s-pool-%d", w.ns, i), w.ns, product), metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
+	w.gpuPools(small, big)
 	w.servedOn("cheap", "squeeze-model", "squeeze", small, 4, 1)
 	w.servedOn("dear", "squeeze-model", "squeeze", big, 4, 0)
 	w.route("squeeze", "squeeze-model")
@@ -145,8 +151,7 @@ func TestOverflowGoesWhereItLands(t *testing.T) {
 func TestVariantAutoscalingScalesOnlyWhatLands(t *testing.T) {
 	w := newWorld(t, 0)
 	product := w.ns + "-pool"
-	_, err := kube.CoreV1().Nodes().Create(w.ctx, systemtest.GPUNode(w.ns+"-pool-0", w.ns, product), metav1.CreateOptions{})
-	require.NoError(t, err)
+	w.gpuPools(product)
 	w.servedOn("va-squeeze", "va-squeeze", "va-squeeze", product, 4, 1)
 	w.route("va-squeeze", "va-squeeze")
 	w.waitAvailable("va-squeeze", 1)
@@ -187,10 +192,7 @@ func TestVariantAutoscalingScalesOnlyWhatLands(t *testing.T) {
 func TestLLMDVariantOverflowGoesWhereItLands(t *testing.T) {
 	w := newWorld(t, 0)
 	small, big := w.ns+"-small", w.ns+"-big"
-	for i, product := range []string{small, big} {
-		_, err := kube.CoreV1().Nodes().Create(w.ctx, systemtest.GPUNode(fmt.Sprintf("%s-pool-%d", w.ns, i), w.ns, product), metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
+	w.gpuPools(small, big)
 	batch := `, "--max-num-seqs", "4"`
 	w.apply(servedYAML("lv-cheap", "lv", "lv", 1, 4, batch, fmt.Sprintf("{%s: %s}", sim.GPUProductLabel, small)),
 		servedYAML("lv-dear", "lv", "lv", 1, 4, batch, fmt.Sprintf("{%s: %s}", sim.GPUProductLabel, big)))
