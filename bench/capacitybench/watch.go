@@ -41,13 +41,11 @@ func startWatch(ctx context.Context, cl client.Client, kube kubernetes.Interface
 		defer tick.Stop()
 		for {
 			s := snapshot{at: time.Since(start)}
-			var ms workloadv1alpha1.ModelServing
-			if cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cheap"}, &ms) == nil {
-				s.cheap = ptr.Deref(ms.Spec.Replicas, 0)
-			}
-			ms = workloadv1alpha1.ModelServing{}
-			if cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "dear"}, &ms) == nil {
-				s.dear = ptr.Deref(ms.Spec.Replicas, 0)
+			for name, into := range map[string]*int32{"cheap": &s.cheap, "dear": &s.dear} {
+				var ms workloadv1alpha1.ModelServing
+				if cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &ms) == nil {
+					*into = ptr.Deref(ms.Spec.Replicas, 0)
+				}
 			}
 			if pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
 				waiting := map[string]bool{}
