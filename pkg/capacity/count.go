@@ -8,9 +8,11 @@ package capacity
 
 import (
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
@@ -22,19 +24,30 @@ import (
 const DefaultLimit = 8
 
 // Cluster is what one round of counting sees: every node and every pod, from the
-// scheduler's informers, and the profile's accelerator rules.
+// scheduler's informers, and the profile's placement model.
 type Cluster struct {
 	Nodes []*corev1.Node
 	Pods  []*corev1.Pod
+	// Model is the profile's placement model: its accelerator rules, its DRA view (a
+	// group's ResourceClaims get devices as the DynamicResources plugin would allocate
+	// them) and its domain choice (the topology plugin: a group with a network topology is
+	// counted inside one domain of its tier). nil: Acc's rules, no claims planned, every
+	// group anywhere it fits (unit tests).
+	Model *placement.Model
 	Acc   placement.Accelerators
 }
 
-// Counter counts groups over one view of the cluster. The pods still pending are placed
-// first, once, so every ModelServing's count sees the capacity they will take.
+// Counter counts groups over one view of the cluster. The pending pods are placed first,
+// once, so every ModelServing's count sees the capacity they will take.
 type Counter struct {
-	pool  *placement.Pool
-	base  *placement.Simulation
-	nodes []string
+	base    *placement.Simulation
+	chooser placement.DomainChooser
+	// placed are the bound pods of each ServingGroup, by namespace/group name: a role
+	// replica added to a group goes into the group's domain, around them.
+	placed map[types.NamespacedName][]placement.PlacedPod
+	// present are the role replicas (role-id labels) of each ServingGroup that have a pod,
+	// placed or not.
+	present map[types.NamespacedName]map[string]bool
 }
 
 // NewCounter builds the free capacity of c: each schedulable node's allocatable less what
@@ -45,10 +58,19 @@ type Counter struct {
 // where the scheduler will put it; pods that fit nowhere take nothing.
 func NewCounter(c Cluster) *Counter {
 	used := map[string]placement.Resources{}
+	placed := map[types.NamespacedName][]placement.PlacedPod{}
+	present := map[types.NamespacedName]map[string]bool{}
 	var pending []*corev1.Pod
 	for _, p := range c.Pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
+		}
+		if g := p.Labels[workloadv1alpha1.GroupNameLabel]; g != "" && p.DeletionTimestamp == nil {
+			key := types.NamespacedName{Namespace: p.Namespace, Name: g}
+			if present[key] == nil {
+				present[key] = map[string]bool{}
+			}
+			present[key][p.Labels[workloadv1alpha1.RoleIDLabel]] = true
 		}
 		if p.Spec.NodeName == "" {
 			if p.DeletionTimestamp == nil {
@@ -63,6 +85,10 @@ func NewCounter(c Cluster) *Counter {
 		}
 		for k, v := range placement.PodRequests(p) {
 			u[k] += v
+		}
+		if g := p.Labels[workloadv1alpha1.GroupNameLabel]; g != "" && p.DeletionTimestamp == nil {
+			key := types.NamespacedName{Namespace: p.Namespace, Name: g}
+			placed[key] = append(placed[key], placement.PlacedPod{Pod: p, Node: p.Spec.NodeName})
 		}
 	}
 	var static []placement.StaticNode
@@ -81,77 +107,172 @@ func NewCounter(c Cluster) *Counter {
 		}
 		static = append(static, sn)
 	}
-	pool := placement.NewPool(placement.StaticSource(static...), c.Acc, nil)
+	var pool *placement.Pool
+	var chooser placement.DomainChooser
+	if c.Model != nil {
+		pool, chooser = c.Model.PoolOver(placement.StaticSource(static...)), c.Model.Chooser()
+	} else {
+		pool = placement.NewPool(placement.StaticSource(static...), c.Acc, nil)
+	}
 	sim := pool.Simulate()
 	nodes := pool.Nodes()
 	for _, p := range pending {
 		sim.PlaceUnit([]*corev1.Pod{p}, []placement.Resources{placement.PodRequests(p)}, nodes)
 	}
-	return &Counter{pool: pool, base: sim, nodes: nodes}
+	return &Counter{base: sim, chooser: chooser, placed: placed, present: present}
 }
+
+// wouldBe is the first would-be group index: past any real one. Would-be groups and
+// their pods are never created.
+const wouldBe = 1 << 20
 
 // Fits is how many more whole groups of ms's current template fit, at most limit. A group
 // fits when every role replica of it (its entry and workers together, as the gang's
-// subgroups place them) fits, after the groups counted before it; replicas above a gang
-// policy's minimum count too, since the controller creates them all.
+// subgroups place them) fits after the groups counted before it, inside one domain of the
+// tier its network topology asks for (and each role replica inside one of its role
+// policy's), as berth-scheduler would plan it; replicas above a gang policy's minimum
+// count too, since the controller creates them all.
 //
-// Not counted: network topology and spread domains (a group is placed over every node
-// eligible for its pods) and DRA claims; resources, node selectors and affinity, taints and
-// the accelerator classes the profile configures are.
+// Not counted: a spread constraint's skew between the would-be groups themselves (each is
+// judged against the groups that exist).
 func (c *Counter) Fits(ms *workloadv1alpha1.ModelServing, limit int) int {
-	units := groupUnits(ms)
-	if len(units) == 0 {
+	if len(ms.Spec.Template.Roles) == 0 {
 		return 0
 	}
-	sim := c.base.Clone()
+	sim := c.base
 	n := 0
 	for n < limit {
-		try := sim.Clone()
-		ok := true
-		for _, u := range units {
-			if _, placed := try.PlaceUnit(u.pods, u.reqs, c.nodes); !placed {
-				ok = false
-				break
+		index := wouldBe + n
+		var pods []*corev1.Pod
+		for ri := range ms.Spec.Template.Roles {
+			r := &ms.Spec.Template.Roles[ri]
+			for j := 0; j < roleReplicas(r); j++ {
+				pods = append(pods, rolePods(ms, index, r, j)...)
 			}
 		}
-		if !ok {
+		next, _, _, err := placement.PlanOn(sim, c.chooser, workload.BuildPodGroup(ms, index), pods, nil)
+		if err != nil || next == nil {
 			break
 		}
-		sim = try
+		sim = next
 		n++
 	}
 	return n
 }
 
-type unit struct {
-	pods []*corev1.Pod
-	reqs []placement.Resources
+// RoleFits is how many more replicas of role (index ri in ms's roles) every group of ms
+// whose pods are placed can take, at most limit: one step adds a replica of the role to
+// each such group, inside the group's domain, around its placed pods. This is what a
+// disaggregatedTarget's scale-up of the role needs (the controller adds the replica to
+// every group). Groups with no placed pod are left out: Fits's groups that do not exist
+// yet count their capacity.
+func (c *Counter) RoleFits(ms *workloadv1alpha1.ModelServing, ri, limit int) int {
+	return len(c.addRole(ms, ri, c.start(ms), limit))
 }
 
-// groupUnits are the role replicas of one would-be group of ms, built by the controller's
-// own pod builder so the pods carry the template's requests, selectors, tolerations and
-// accelerator annotations exactly as the pods it would create. The group index is past any
-// real one; its pods are never created.
-func groupUnits(ms *workloadv1alpha1.ModelServing) []unit {
-	const index = 1 << 20
-	var out []unit
-	for ri := range ms.Spec.Template.Roles {
-		r := &ms.Spec.Template.Roles[ri]
-		replicas := 1
-		if r.Replicas != nil {
-			replicas = int(*r.Replicas)
+// Alongside is, for k = 0 … RoleFits(ms, a), how many more replicas of role b every
+// placed group can take once it has k more of role a (at most limit): the pairs of
+// scale-ups that fit together, where each count alone would overcommit a shared pool.
+func (c *Counter) Alongside(ms *workloadv1alpha1.ModelServing, a, b, limit int) []int {
+	start := c.start(ms)
+	out := []int{len(c.addRole(ms, b, start, limit))}
+	for _, st := range c.addRole(ms, a, start, limit) {
+		out = append(out, len(c.addRole(ms, b, st, limit)))
+	}
+	return out
+}
+
+// roleState is a count's simulation with the groups' pods placed so far, each group's
+// replicas of each role counted after the template's.
+type roleState struct {
+	sim    *placement.Simulation
+	groups []roleGroup
+	full   bool // the role replicas the spec has but whose pods do not exist yet do not fit
+}
+
+type roleGroup struct {
+	index  int
+	placed []placement.PlacedPod
+	added  map[int]int // role index -> replicas added
+}
+
+// start is the state before any role replica is added: ms's groups with placed pods, and
+// in them the role replicas the spec has whose pods do not exist yet (a scale-up the
+// controller has not acted on: their capacity is taken, as the count is made against the
+// spec's replicas).
+func (c *Counter) start(ms *workloadv1alpha1.ModelServing) roleState {
+	st := roleState{sim: c.base}
+	for i := 0; i < int(ptr.Deref(ms.Spec.Replicas, 1)); i++ {
+		key := types.NamespacedName{Namespace: ms.Namespace, Name: workloadv1alpha1.ServingGroupName(ms.Name, i)}
+		placed := c.placed[key]
+		if len(placed) == 0 {
+			continue
 		}
-		for j := 0; j < replicas; j++ {
-			var u unit
-			for k := 0; k <= int(r.WorkerReplicas); k++ {
-				p := workload.BuildPod(ms, "capacity", index, r, j, k)
-				p.UID = types.UID(fmt.Sprintf("capacity/%s/%s/%s/%d/%d", ms.Namespace, ms.Name, r.Name, j, k))
-				defaultRequests(p)
-				u.pods = append(u.pods, p)
-				u.reqs = append(u.reqs, placement.PodRequests(p))
+		var missing []*corev1.Pod
+		for ri := range ms.Spec.Template.Roles {
+			r := &ms.Spec.Template.Roles[ri]
+			for j := 0; j < roleReplicas(r); j++ {
+				if !c.present[key][workloadv1alpha1.RoleReplicaName(r.Name, j)] {
+					missing = append(missing, rolePods(ms, i, r, j)...)
+				}
 			}
-			out = append(out, u)
 		}
+		if len(missing) > 0 {
+			sim, went, _, err := placement.PlanOn(st.sim, c.chooser, workload.BuildPodGroup(ms, i), missing, placed)
+			if err != nil || sim == nil {
+				return roleState{full: true}
+			}
+			st.sim, placed = sim, append(placed[:len(placed):len(placed)], went...)
+		}
+		st.groups = append(st.groups, roleGroup{index: i, placed: placed})
+	}
+	return st
+}
+
+// addRole adds replicas of role ri to every group of st, one step at a time, at most
+// limit steps; it returns the state after each step that fit.
+func (c *Counter) addRole(ms *workloadv1alpha1.ModelServing, ri int, st roleState, limit int) []roleState {
+	if len(st.groups) == 0 || st.full {
+		return nil
+	}
+	r := &ms.Spec.Template.Roles[ri]
+	var out []roleState
+	for n := 0; n < limit; n++ {
+		next := roleState{sim: st.sim, groups: make([]roleGroup, len(st.groups))}
+		for gi, g := range st.groups {
+			j := roleReplicas(r) + g.added[ri]
+			pods := rolePods(ms, g.index, r, j)
+			sim, went, _, err := placement.PlanOn(next.sim, c.chooser, workload.BuildPodGroup(ms, g.index), pods, g.placed)
+			if err != nil || sim == nil {
+				return out
+			}
+			added := maps.Clone(g.added)
+			if added == nil {
+				added = map[int]int{}
+			}
+			added[ri]++
+			next.sim = sim
+			// The next step's replica goes around this one too.
+			next.groups[gi] = roleGroup{index: g.index, placed: append(g.placed[:len(g.placed):len(g.placed)], went...), added: added}
+		}
+		out = append(out, next)
+		st = next
+	}
+	return out
+}
+
+func roleReplicas(r *workloadv1alpha1.Role) int { return int(ptr.Deref(r.Replicas, 1)) }
+
+// rolePods are the pods of role replica j of group index, built by the controller's own
+// pod builder so they carry the template's requests, selectors, tolerations, claims and
+// accelerator annotations exactly as the pods it would create.
+func rolePods(ms *workloadv1alpha1.ModelServing, index int, r *workloadv1alpha1.Role, j int) []*corev1.Pod {
+	var out []*corev1.Pod
+	for k := 0; k <= int(r.WorkerReplicas); k++ {
+		p := workload.BuildPod(ms, "capacity", index, r, j, k)
+		p.UID = types.UID(fmt.Sprintf("capacity/%s/%s", ms.Namespace, p.Name))
+		defaultRequests(p)
+		out = append(out, p)
 	}
 	return out
 }

@@ -75,3 +75,65 @@ func TestFitsHonoursTaintsAndCordons(t *testing.T) {
 	ms.Spec.Template.Roles[0].EntryTemplate.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "other", Effect: corev1.TaintEffectNoSchedule}}
 	assert.Equal(t, 1, NewCounter(Cluster{Nodes: []*corev1.Node{tainted, cordoned}}).Fits(ms, DefaultLimit))
 }
+
+// pdOn is a prefill/decode ModelServing of one group, each role one replica of one pod
+// asking gpus GPUs of product.
+func pdOn(name, product string, gpus int64) *workloadv1alpha1.ModelServing {
+	ms := servingOn(name, product, gpus, 0, 1)
+	decode := ms.Spec.Template.Roles[0]
+	decode.Name = "decode"
+	prefill := *decode.DeepCopy()
+	prefill.Name = "prefill"
+	ms.Spec.Template.Roles = []workloadv1alpha1.Role{decode, prefill}
+	return ms
+}
+
+// placedGroup is group 0 of ms, its pods bound to node as the controller builds them.
+func placedGroup(ms *workloadv1alpha1.ModelServing, node string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for ri := range ms.Spec.Template.Roles {
+		for _, p := range rolePods(ms, 0, &ms.Spec.Template.Roles[ri], 0) {
+			p.Spec.NodeName = node
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// A disaggregated role's scale-up adds a replica to every group: the count is per role,
+// and the pairs that fit together are counted too, since the two roles share the node.
+func TestRoleFitsAndWhatFitsAlongside(t *testing.T) {
+	ms := pdOn("pd", "A100", 2)
+	// Group 0 takes 4 of the node's 8 GPUs; a second node of another product has room the
+	// roles may not use.
+	c := NewCounter(Cluster{Nodes: []*corev1.Node{node("a100-0", "A100"), node("h100-0", "H100")}, Pods: placedGroup(ms, "a100-0")})
+	assert.Equal(t, 2, c.RoleFits(ms, 0, DefaultLimit), "two more 2-GPU decode replicas fit in the 4 GPUs left")
+	assert.Equal(t, 2, c.RoleFits(ms, 1, DefaultLimit))
+	assert.Equal(t, []int{2, 1, 0}, c.Alongside(ms, 0, 1, DefaultLimit), "with k more decode replicas, 2-k more prefill ones fit")
+	assert.Equal(t, 1, c.RoleFits(ms, 0, 1), "capped")
+	// The spec already asks for a second decode replica whose pod does not exist yet: the
+	// count is made against 2 and that replica's GPUs are taken.
+	ms.Spec.Template.Roles[0].Replicas = ptr.To[int32](2)
+	assert.Equal(t, 1, c.RoleFits(ms, 0, DefaultLimit))
+	assert.Equal(t, []int{1, 0}, c.Alongside(ms, 0, 1, DefaultLimit))
+	ms.Spec.Template.Roles[0].Replicas = ptr.To[int32](1)
+
+	// Two groups: each step adds a replica to both (4 GPUs), so the 6 free GPUs of two
+	// nodes hold one step of one role.
+	ms.Spec.Replicas = ptr.To[int32](2)
+	pods := placedGroup(ms, "a100-0")
+	for _, p := range rolePods(ms, 1, &ms.Spec.Template.Roles[0], 0) {
+		p.Spec.NodeName = "a100-1"
+		pods = append(pods, p)
+	}
+	for _, p := range rolePods(ms, 1, &ms.Spec.Template.Roles[1], 0) {
+		p.Spec.NodeName = "a100-1"
+		pods = append(pods, p)
+	}
+	pods = append(pods, gpuPod("other", "a100-1", 2))
+	c = NewCounter(Cluster{Nodes: []*corev1.Node{node("a100-0", "A100"), node("a100-1", "A100")}, Pods: pods})
+	assert.Equal(t, 1, c.RoleFits(ms, 0, DefaultLimit), "one step of two replicas, not two")
+	assert.Equal(t, []int{1, 0}, c.Alongside(ms, 0, 1, DefaultLimit))
+	// A ModelServing with no placed group has nothing to add a role replica to.
+	assert.Equal(t, 0, c.RoleFits(pdOn("fresh", "A100", 1), 0, DefaultLimit))
+}

@@ -35,7 +35,14 @@ var groupsThatFit = metrics.NewGaugeVec(&metrics.GaugeOpts{
 	StabilityLevel: metrics.ALPHA,
 }, []string{"namespace", "modelserving"})
 
-func init() { legacyregistry.MustRegister(groupsThatFit) }
+var roleReplicasThatFit = metrics.NewGaugeVec(&metrics.GaugeOpts{
+	Subsystem:      "berth_capacity",
+	Name:           "role_replicas_that_fit",
+	Help:           "How many more replicas of the role every placed ServingGroup of the ModelServing can take now, inside its domain, as last counted (capped; ModelServings of more than one role).",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"namespace", "modelserving", "role"})
+
+func init() { legacyregistry.MustRegister(groupsThatFit, roleReplicasThatFit) }
 
 // Publisher counts, every Period, the groups that fit for each ModelServing placed by
 // Scheduler and writes the count on it (GroupsThatFitAnnotation).
@@ -46,8 +53,9 @@ type Publisher struct {
 	// Nodes and Pods are the scheduler's informer stores; ModelServings an informer store of
 	// unstructured ModelServings.
 	Nodes, Pods, ModelServings cache.Store
-	Accelerators               func() placement.Accelerators
-	Client                     dynamic.Interface
+	// Model is the profile's placement model (accelerator rules, DRA view, domain choice).
+	Model  *placement.Model
+	Client dynamic.Interface
 	// Now is the clock (tests); nil: time.Now.
 	Now func() time.Time
 }
@@ -96,9 +104,7 @@ func (p *Publisher) Once(ctx context.Context) error {
 			c.Pods = append(c.Pods, pod)
 		}
 	}
-	if p.Accelerators != nil {
-		c.Acc = p.Accelerators()
-	}
+	c.Model = p.Model
 	var counter *Counter
 	var firstErr error
 	withPods := groupsWithPods(c.Pods)
@@ -126,10 +132,14 @@ func (p *Publisher) Once(ctx context.Context) error {
 		missing := max(0, int(replicas)-len(withPods[types.NamespacedName{Namespace: ms.Namespace, Name: ms.Name}]))
 		n := max(0, counter.Fits(&ms, limit+missing)-missing)
 		groupsThatFit.WithLabelValues(ms.Namespace, ms.Name).Set(float64(n))
-		if !p.due(&ms, n, replicas, now) {
+		roles := ""
+		if len(ms.Spec.Template.Roles) > 1 {
+			roles = roleCounts(counter, &ms, limit)
+		}
+		if !p.due(&ms, n, replicas, roles, now) {
 			continue
 		}
-		if err := p.patch(ctx, &ms, n, replicas, now); err != nil && firstErr == nil {
+		if err := p.patch(ctx, &ms, n, replicas, roles, now); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
@@ -138,21 +148,27 @@ func (p *Publisher) Once(ctx context.Context) error {
 
 // due says whether the published value must be written: the count changed, or less than
 // half of its vouched time remains.
-func (p *Publisher) due(ms *workloadv1alpha1.ModelServing, n int, replicas int32, now time.Time) bool {
+func (p *Publisher) due(ms *workloadv1alpha1.ModelServing, n int, replicas int32, roles string, now time.Time) bool {
 	if ms.Annotations[workloadv1alpha1.GroupsThatFitAnnotation] != strconv.Itoa(n) ||
-		ms.Annotations[workloadv1alpha1.GroupsThatFitReplicasAnnotation] != strconv.Itoa(int(replicas)) {
+		ms.Annotations[workloadv1alpha1.GroupsThatFitReplicasAnnotation] != strconv.Itoa(int(replicas)) ||
+		ms.Annotations[workloadv1alpha1.RoleReplicasThatFitAnnotation] != roles {
 		return true
 	}
 	until, err := time.Parse(time.RFC3339Nano, ms.Annotations[workloadv1alpha1.GroupsThatFitUntilAnnotation])
 	return err != nil || until.Sub(now) < p.TTL()/2
 }
 
-func (p *Publisher) patch(ctx context.Context, ms *workloadv1alpha1.ModelServing, n int, replicas int32, now time.Time) error {
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+func (p *Publisher) patch(ctx context.Context, ms *workloadv1alpha1.ModelServing, n int, replicas int32, roles string, now time.Time) error {
+	annotations := map[string]any{
 		workloadv1alpha1.GroupsThatFitAnnotation:         strconv.Itoa(n),
 		workloadv1alpha1.GroupsThatFitReplicasAnnotation: strconv.Itoa(int(replicas)),
 		workloadv1alpha1.GroupsThatFitUntilAnnotation:    now.Add(p.TTL()).UTC().Format(time.RFC3339Nano),
-	}}})
+		workloadv1alpha1.RoleReplicasThatFitAnnotation:   roles,
+	}
+	if roles == "" {
+		annotations[workloadv1alpha1.RoleReplicasThatFitAnnotation] = nil // a merge patch's null removes it
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
 		return err
 	}
@@ -176,4 +192,37 @@ func groupsWithPods(pods []*corev1.Pod) map[types.NamespacedName]map[string]bool
 		out[key][p.Labels[workloadv1alpha1.GroupNameLabel]] = true
 	}
 	return out
+}
+
+// roleFit is one role's entry in RoleReplicasThatFitAnnotation.
+type roleFit struct {
+	Fit      int `json:"fit"`
+	Replicas int `json:"replicas"`
+	// Alongside holds, for each role named after this one, how many more of it fit with
+	// 0, 1, … Fit more of this one.
+	Alongside map[string][]int `json:"alongside,omitempty"`
+}
+
+// roleCounts is the RoleReplicasThatFitAnnotation value for ms: every role's count, and
+// for each pair of roles the counts that fit together (keys sorted, so an unchanged count
+// is an unchanged string).
+func roleCounts(c *Counter, ms *workloadv1alpha1.ModelServing, limit int) string {
+	out := map[string]roleFit{}
+	roles := ms.Spec.Template.Roles
+	for ri := range roles {
+		r := &roles[ri]
+		f := roleFit{Fit: c.RoleFits(ms, ri, limit), Replicas: roleReplicas(r)}
+		for rj := range roles {
+			if roles[rj].Name > r.Name && f.Fit > 0 {
+				if f.Alongside == nil {
+					f.Alongside = map[string][]int{}
+				}
+				f.Alongside[roles[rj].Name] = c.Alongside(ms, ri, rj, limit)
+			}
+		}
+		out[r.Name] = f
+		roleReplicasThatFit.WithLabelValues(ms.Namespace, ms.Name, r.Name).Set(float64(f.Fit))
+	}
+	b, _ := json.Marshal(out) // maps marshal with sorted keys
+	return string(b)
 }

@@ -78,7 +78,7 @@ func startCapacity(ctx context.Context, handle fwk.Handle, m *placement.Model, p
 	p := &capacity.Publisher{
 		Scheduler: handle.ProfileName(), Period: period,
 		Nodes: nodes.GetStore(), Pods: pods.GetStore(), ModelServings: ms.GetStore(),
-		Accelerators: m.Accelerators, Client: dc,
+		Model: m, Client: dc,
 	}
 	go func() {
 		df.Start(ctx.Done())

@@ -312,7 +312,7 @@ func (r *Reconciler) pruneComputeDomains(ctx context.Context, ms *workloadv1alph
 			continue
 		}
 		group := cd.GetLabels()[workloadv1alpha1.GroupNameLabel]
-		if idx, ok := groupIndex(ms.Name, group); ok && groups[idx] != nil {
+		if idx, ok := GroupIndex(ms.Name, group); ok && groups[idx] != nil {
 			continue // kept: ensureComputeDomain looks after it
 		}
 		if d.pods[group] > 0 {

@@ -22,7 +22,7 @@ func observeGroups(ms *workloadv1alpha1.ModelServing, pods []corev1.Pod) map[int
 	groups := map[int]*servingGroup{}
 	for i := range pods {
 		p := &pods[i]
-		idx, ok := groupIndex(ms.Name, p.Labels[workloadv1alpha1.GroupNameLabel])
+		idx, ok := GroupIndex(ms.Name, p.Labels[workloadv1alpha1.GroupNameLabel])
 		if !ok {
 			continue
 		}

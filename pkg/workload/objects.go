@@ -39,8 +39,8 @@ func ServiceName(ms string, i int, role string, j int) string {
 	return fmt.Sprintf("%s-%d-%s-%d", ms, i, role, j)
 }
 
-// groupIndex parses i out of a group name "<ms>-<i>".
-func groupIndex(ms, group string) (int, bool) {
+// GroupIndex parses i out of a group name "<ms>-<i>".
+func GroupIndex(ms, group string) (int, bool) {
 	rest, ok := strings.CutPrefix(group, ms+"-")
 	if !ok {
 		return 0, false

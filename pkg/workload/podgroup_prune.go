@@ -36,7 +36,7 @@ func (r *Reconciler) prunePodGroups(ctx context.Context, ms *workloadv1alpha1.Mo
 		if want[pg.Name] || pg.DeletionTimestamp != nil || !metav1.IsControlledBy(pg, ms) {
 			continue
 		}
-		if _, ours := groupIndex(ms.Name, pg.Name); !ours {
+		if _, ours := GroupIndex(ms.Name, pg.Name); !ours {
 			// Not named as one of our groups: Volcano's podgroup controller names the PodGroup
 			// it makes for a volcano pod without one "podgroup-<owner UID>" and gives it the
 			// pod's owner references, so it is controlled by this ModelServing too. Its pods

@@ -134,3 +134,83 @@ func blindWant(targets []*target, total int32, rate int32, single bool) []int32 
 	}
 	return autoscale.Distribute(total, shares, rate)
 }
+
+// applyRoleCapacity is applyCapacityReport for a disaggregatedTarget's roles: the
+// CapacityLimited condition says how many more replicas of each role every group can take
+// ("capacity-limited: 0 more replicas of decode fit in every group, 2 of prefill"), and an
+// event is recorded when a count held a role's scale-up back.
+func (r *Reconciler) applyRoleCapacity(j job, ms string, names []string, roles map[string]*roleDecision, conds *[]metav1.Condition) {
+	var parts, moves []string
+	for _, name := range names {
+		rd := roles[name]
+		key := ms + "/" + name
+		if rd.fits < 0 {
+			groupsThatFit.DeleteLabelValues(j.namespace, j.label, key)
+			continue
+		}
+		groupsThatFit.WithLabelValues(j.namespace, j.label, key).Set(float64(rd.fits))
+		noun, verb := "replicas", "fit"
+		if rd.fits == 1 {
+			noun, verb = "replica", "fits"
+		}
+		parts = append(parts, fmt.Sprintf("%d more %s of %s %s in every group", rd.fits, noun, name, verb))
+		switch {
+		case rd.unlowered > rd.final:
+			moves = append(moves, fmt.Sprintf("%s %d instead of %d (with the other role's scale-up)", name, rd.final, max(rd.unlowered, rd.blind)))
+		case rd.blind != rd.decided:
+			moves = append(moves, fmt.Sprintf("%s %d instead of %d", name, rd.decided, rd.blind))
+		}
+	}
+	if len(parts) == 0 {
+		meta.RemoveStatusCondition(conds, ConditionCapacityLimited)
+		return
+	}
+	if len(moves) == 0 {
+		setCondition(conds, j.generation, ConditionCapacityLimited, metav1.ConditionFalse, ReasonCapacityAvailable, "capacity: "+strings.Join(parts, ", "))
+		return
+	}
+	message := "capacity-limited: " + strings.Join(parts, ", ")
+	capacityLimits.WithLabelValues(j.namespace, j.label).Inc()
+	if c := meta.FindStatusCondition(*conds, ConditionCapacityLimited); c == nil || c.Status != metav1.ConditionTrue || c.Message != message {
+		r.Recorder.Eventf(j.owner, nil, corev1.EventTypeNormal, ReasonCapacityLimited, actionDecide, "%s: %s", message, strings.Join(moves, ", "))
+	}
+	setCondition(conds, j.generation, ConditionCapacityLimited, metav1.ConditionTrue, ReasonCapacityLimited, message)
+}
+
+// fitTogether lowers the scale-ups of roles a and b (a's name sorts first) to the largest
+// pair that fits together, when both grow and the pair they were decided at does not:
+// along[k] is how many more replicas of b every group takes with k more of a, counted
+// from each role's fitsBase. With a ratio (aIsNum: a is its numerator) the pair chosen
+// keeps it. Neither role goes below its current replicas. It says whether it lowered them.
+func fitTogether(a, b *roleDecision, along []int32, ratio *autoscale.Ratio, aIsNum bool) bool {
+	fits := func(x, y int32) bool {
+		dx, dy := x-a.fitsBase, y-b.fitsBase
+		if dx <= 0 || dy <= 0 {
+			return true // one role at most grows: its own count bounds it already
+		}
+		return int(dx) < len(along) && dy <= along[dx]
+	}
+	inRatio := func(x, y int32) bool {
+		if ratio == nil {
+			return true
+		}
+		if aIsNum {
+			return autoscale.InRatio(x, y, *ratio)
+		}
+		return autoscale.InRatio(y, x, *ratio)
+	}
+	if a.final <= a.current || b.final <= b.current || fits(a.final, b.final) {
+		return false
+	}
+	bestX, bestY, found := a.current, b.current, false
+	for x := a.final; x >= a.current; x-- {
+		for y := b.final; y >= b.current; y-- {
+			if fits(x, y) && inRatio(x, y) && (!found || x+y > bestX+bestY) {
+				bestX, bestY, found = x, y, true
+			}
+		}
+	}
+	a.unlowered, b.unlowered = a.final, b.final
+	a.final, b.final = bestX, bestY
+	return true
+}

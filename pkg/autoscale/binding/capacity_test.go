@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
+	"github.com/berth-sh/berth/pkg/autoscale"
 )
 
 func fitsTarget(key string, replicas, min int32, fits string, until time.Time) *target {
@@ -68,5 +69,31 @@ func TestCapacityMessageIsWrittenAtOnce(t *testing.T) {
 	}
 	if equalStatus(a, status("2.5 per pod", "capacity-limited: 0 more groups of a fit, 0 more groups of b fit")) {
 		t.Error("new counts should be written at once")
+	}
+}
+
+// Two roles whose scale-ups each fit alone but not together are lowered to the largest
+// pair that fits together and keeps their ratio.
+func TestFitTogetherKeepsTheRatio(t *testing.T) {
+	// prefill:decode within [0.5, 1]; 1:1 now, the metrics and the ratio asked for 2:3.
+	decode := &roleDecision{name: "decode", current: 1, decided: 3, final: 3, fitsBase: 1, blind: 3}
+	prefill := &roleDecision{name: "prefill", current: 1, decided: 1, final: 2, fitsBase: 1, blind: 1}
+	// With 0, 1, 2 more decode replicas, 2, 1, 0 more prefill ones fit.
+	along := []int32{2, 1, 0}
+	ratio := &autoscale.Ratio{Min: 0.5, Max: 1}
+	if !fitTogether(decode, prefill, along, ratio, false) {
+		t.Fatal("3 decode and 2 prefill do not fit together; nothing was lowered")
+	}
+	if decode.final != 2 || prefill.final != 2 {
+		t.Fatalf("want 2:2 (the largest pair that fits and keeps the ratio; 3:1 is outside it), got prefill %d, decode %d", prefill.final, decode.final)
+	}
+	// A pair that fits is left alone, and so is a pair where one role does not grow.
+	decode.final, prefill.final = 2, 2
+	if fitTogether(decode, prefill, along, ratio, false) {
+		t.Fatal("2:2 fits together")
+	}
+	decode.final, prefill.final = 3, 1
+	if fitTogether(decode, prefill, along, nil, false) {
+		t.Fatal("only decode grows: its own count bounds it")
 	}
 }

@@ -31,6 +31,14 @@ type roleDecision struct {
 	ok       bool // the role's metrics gave a recommendation
 	decision autoscale.Decision
 	summary  string // its metrics, for messages
+	// Placement-aware scale-up (capacity.go): fits is the published count of replicas of
+	// the role every placed group can take (-1: none fresh), blind what the role would
+	// have been scaled to without it.
+	fits     int32
+	fitsBase int32 // the role's replicas the count was made against
+	blind    int32
+	// unlowered is final before fitTogether lowered it (0: it did not).
+	unlowered int32
 }
 
 // decideRoles decides for a disaggregatedTarget: each role of the ModelServing from its own
@@ -82,10 +90,17 @@ func (r *Reconciler) decideRoles(ctx context.Context, p *workloadv1alpha1.Autosc
 		return err
 	}
 
+	// Placement-aware scale-up: berth-scheduler's count of the replicas of each role every
+	// group can take now.
+	var fits map[string]autoscale.RoleFit
+	if !r.BlindScaling {
+		fits, _ = autoscale.RoleReplicasThatFit(ms.Annotations, now)
+	}
+
 	roles := make(map[string]*roleDecision, len(names))
 	for _, role := range names {
 		param := dt.Roles[role]
-		rd := &roleDecision{name: role, index: -1, bounds: autoscale.RoleBounds{Min: param.MinReplicas, Max: param.MaxReplicas}, fixed: autoscale.FixedRole(param)}
+		rd := &roleDecision{name: role, index: -1, bounds: autoscale.RoleBounds{Min: param.MinReplicas, Max: param.MaxReplicas}, fixed: autoscale.FixedRole(param), fits: -1}
 		var have []string
 		for i, msr := range ms.Spec.Template.Roles {
 			have = append(have, msr.Name)
@@ -135,9 +150,19 @@ func (r *Reconciler) decideRoles(ctx context.Context, p *workloadv1alpha1.Autosc
 		}
 		rec, per, ok := autoscale.RecommendAll(rd.current, policy, tr.samples)
 		rd.ok = ok
+		// A scale-up stops at the replicas that land, and the ratio below is kept within
+		// that bound too.
+		if f, counted := fits[role]; counted {
+			rd.fits, rd.fitsBase = f.Fit, f.Replicas
+			rd.bounds.Max = capped(param.MaxReplicas, param.MinReplicas, autoscale.ReplicasThatLand(f.Fit, f.Replicas, rd.current))
+		}
 		rd.decision = sc.Decide(autoscale.Input{Now: now, Current: rd.current, Recommended: rec, HasRecommendation: ok,
-			Min: param.MinReplicas, Max: param.MaxReplicas, ScaleToZeroGrace: grace})
+			Min: param.MinReplicas, Max: rd.bounds.Max, ScaleToZeroGrace: grace})
 		rd.decided = rd.decision.Desired
+		rd.blind = rd.decided
+		if ok && rd.bounds.Max < param.MaxReplicas && rd.decided >= rd.bounds.Max {
+			rd.blind = min(max(rd.decided, rec), param.MaxReplicas) // rd.decision.Recommended is clamped
+		}
 		rd.summary = metricsSummary(policy, tr.samples, per)
 		if !ok {
 			rd.summary = fmt.Sprintf("%d of %d pods answered", tr.answered, len(t.pods))
@@ -168,6 +193,27 @@ func (r *Reconciler) decideRoles(ctx context.Context, p *workloadv1alpha1.Autosc
 		}
 	}
 
+	// Scale-ups of two roles that each fit alone but not together are lowered to a pair
+	// that does (berth-scheduler's alongside counts), within the ratio when it binds them.
+	for i, an := range names {
+		for _, bn := range names[i+1:] {
+			along := fits[an].Alongside[bn]
+			if len(along) == 0 {
+				continue
+			}
+			var ratio *autoscale.Ratio
+			c := dt.RatioConstraint
+			if c != nil && (c.NumeratorRole == an && c.DenominatorRole == bn || c.NumeratorRole == bn && c.DenominatorRole == an) {
+				ratio = &autoscale.Ratio{Min: c.MinRatio.AsApproximateFloat64(), Max: c.MaxRatio.AsApproximateFloat64()}
+			}
+			if fitTogether(roles[an], roles[bn], along, ratio, c != nil && c.NumeratorRole == an) && ratio != nil {
+				num, den := roles[c.NumeratorRole], roles[c.DenominatorRole]
+				ratioText = fmt.Sprintf("%s:%s %d:%d within [%s, %s] (lowered to what fits together; their metrics asked for %d:%d)",
+					c.NumeratorRole, c.DenominatorRole, num.final, den.final, c.MinRatio.String(), c.MaxRatio.String(), num.decided, den.decided)
+			}
+		}
+	}
+
 	// Act: one JSON patch of every changed role, each guarded by a test of its name, so a
 	// ModelServing whose roles were reordered meanwhile is not scaled on the wrong role.
 	var ops []map[string]any
@@ -194,7 +240,8 @@ func (r *Reconciler) decideRoles(ctx context.Context, p *workloadv1alpha1.Autosc
 			changed = nil
 		}
 	}
-	j := job{owner: p, namespace: p.Namespace, label: policySeriesPrefix + p.Name}
+	j := job{owner: p, namespace: p.Namespace, label: policySeriesPrefix + p.Name, generation: p.Generation}
+	r.applyRoleCapacity(j, ms.Name, names, roles, &status.Conditions)
 	for _, rd := range changed {
 		r.scaledEvent(j, ms.Name+" role "+rd.name, msRef(&ms), rd.current, rd.final, msg)
 		if !rd.fixed && rd.final != rd.decided {

@@ -154,6 +154,17 @@ type Request struct {
 	Pool     *Pool
 	// Reserving: planning capacity to keep for the group, not a placement it can start.
 	Reserving bool
+	// Base, when set, is where the planning starts instead of the pool's free capacity: a
+	// simulation that already holds other would-be groups (counting what fits, pkg/capacity).
+	Base *Simulation
+}
+
+// Start is an empty simulation on the pool, or a copy of Base.
+func (r *Request) Start() *Simulation {
+	if r.Base != nil {
+		return r.Base.Clone()
+	}
+	return r.Pool.Simulate()
 }
 
 // DomainChooser plans a group inside the network or spread domain it asks for (the
@@ -172,7 +183,7 @@ type DomainChooser interface {
 // could use any GPU took the only one another pod's selector matches), so the required
 // units are searched again, backtracking over nodes, before the group is refused.
 func PlaceAnywhere(r *Request, stop func(chosen []*corev1.Pod) bool) (*Plan, *PendingUnit, *Simulation) {
-	p, miss, sim := placeUnits(r, r.Pool.Simulate(), r.Units, stop)
+	p, miss, sim := placeUnits(r, r.Start(), r.Units, stop)
 	if miss == nil || !unitsHaveClaims(r.Units) || sim.ClaimError() != nil {
 		return p, miss, sim
 	}
@@ -183,7 +194,7 @@ func PlaceAnywhere(r *Request, stop func(chosen []*corev1.Pod) bool) (*Plan, *Pe
 		}
 	}
 	bt := &backtracker{nodes: r.Pool.Nodes(), budget: backtrackBudget}
-	found, ok := bt.search(r.Pool.Simulate(), required)
+	found, ok := bt.search(r.Start(), required)
 	backtracks.WithLabelValues(map[bool]string{true: "found", false: "exhausted"}[ok]).Inc()
 	if !ok {
 		return p, miss, sim
@@ -201,7 +212,7 @@ func PlaceAnywhere(r *Request, stop func(chosen []*corev1.Pod) bool) (*Plan, *Pe
 			rest = append(rest, r.Units[i])
 		}
 	}
-	p3, _, sim3 := placeUnits(&Request{Pod: r.Pod, PodGroup: r.PodGroup, Units: rest, Placed: r.Placed, Pool: r.Pool}, found, rest, nil)
+	p3, _, sim3 := placeUnits(&Request{Pod: r.Pod, PodGroup: r.PodGroup, Units: rest, Placed: r.Placed, Pool: r.Pool, Base: r.Base}, found, rest, nil)
 	for uid, n := range p3.Nodes {
 		p2.Nodes[uid], p2.requests[uid] = n, p3.requests[uid]
 	}

@@ -50,17 +50,20 @@ func (t *Topology) ChooseDomain(r *placement.Request) (*placement.Plan, bool, st
 	avoid := sets.New[string]()
 	now := time.Now()
 	t.mu.Lock()
-	st := t.stateLocked(key)
-	for d, until := range st.avoid {
-		if now.Before(until) {
-			avoid.Insert(d)
-		} else {
-			delete(st.avoid, d)
+	// Read without creating: a count of would-be groups (r.Base) plans groups that never
+	// get pods, whose state nothing would forget.
+	if st := t.groups[key]; st != nil {
+		for d, until := range st.avoid {
+			if now.Before(until) {
+				avoid.Insert(d)
+			} else {
+				delete(st.avoid, d)
+			}
 		}
 	}
 	t.mu.Unlock()
 
-	c := &choice{fabric: f, avoid: avoid, placed: placedNodes, pool: r.Pool}
+	c := &choice{fabric: f, avoid: avoid, placed: placedNodes, pool: r.Pool, base: r.Base}
 	if rule.group != nil {
 		c.group = *rule.group
 	}
@@ -106,7 +109,7 @@ func (t *Topology) ChooseDomain(r *placement.Request) (*placement.Plan, bool, st
 		where = p.Domain.Name
 	}
 	t.mu.Lock()
-	st = t.stateLocked(key)
+	st := t.stateLocked(key)
 	announce := len(r.Placed) == 0 && st.announced != where
 	if announce {
 		st.announced = where

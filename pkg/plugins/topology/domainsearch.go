@@ -48,6 +48,8 @@ type choice struct {
 	// avoid are domains an earlier attempt of this group failed in; they are tried last.
 	avoid sets.Set[string]
 	pool  *placement.Pool
+	// base is where each attempt starts: nil, the pool's free capacity.
+	base *placement.Simulation
 }
 
 // Reasons a group is refused, the label of berth_topology_groups_refused_total.
@@ -199,6 +201,9 @@ type attempt struct {
 // lowest sub-domain of t that holds it.
 func (c *choice) simulate(t *placement.Target) *attempt {
 	s := c.pool.Simulate()
+	if c.base != nil {
+		s = c.base.Clone()
+	}
 	a := &attempt{where: t, plan: &placement.Plan{Domain: t, Sub: map[string]*placement.Target{}}}
 	for i := range c.units {
 		u := &c.units[i]

@@ -90,6 +90,13 @@ const (
 	// autoscaler caps at this plus the count, so a scale-up it made after the count, whose
 	// pods the count could not see, is not counted twice.
 	GroupsThatFitReplicasAnnotation = "scheduling.berth.sh/groups-that-fit-replicas"
+	// RoleReplicasThatFitAnnotation on a ModelServing of more than one role placed by
+	// berth-scheduler is, per role, how many more replicas of that role every placed group
+	// can take now, inside its own domain, and the role's replicas the count was made
+	// against: JSON {"decode": {"fit": 1, "replicas": 2}, ...}. Written and vouched for with
+	// GroupsThatFitAnnotation (same until time); a disaggregatedTarget caps a role's
+	// scale-up at replicas plus fit.
+	RoleReplicasThatFitAnnotation = "scheduling.berth.sh/role-replicas-that-fit"
 
 	// GroupSizeEnv is the number of pods of a role replica (workers + 1).
 	GroupSizeEnv = "GROUP_SIZE"
