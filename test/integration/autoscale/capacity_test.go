@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +17,7 @@ import (
 	"github.com/berth-sh/berth/internal/systemtest"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale/binding"
+	"github.com/berth-sh/berth/pkg/fabric"
 	"github.com/berth-sh/berth/pkg/sim"
 )
 
@@ -227,4 +229,103 @@ spec:
 	}
 	_, _, msg := readyOf(w.variant("lv-dear"))
 	t.Logf("replicas: cheap %v, dear %v; dear's Ready: %s", logs["lv-cheap"].values(), logs["lv-dear"].values(), msg)
+}
+
+// Placement-aware scale-up counts groups as berth-scheduler places them, network topology
+// included. A ModelServing whose groups (two pods of 5 GPUs) must sit in one NVLink domain
+// runs its one group on the only domain of two nodes; two more nodes, each its own domain,
+// have 16 GPUs free between them, which a count over every node would take for one more
+// group. Under load that asks for more, the autoscaler stays at one group and says why, and
+// no pod waits unplaced; once a domain gains a second node, the next group fits, is made,
+// and lands there. Counted blind to the topology, the second group would be made at once
+// and wait, split over two domains, until that node came.
+func TestScaleUpCountsGroupsInsideOneNVLinkDomain(t *testing.T) {
+	w := newWorld(t, 0)
+	product := w.ns + "-nvl"
+	clique := func(name, domain string) {
+		n := systemtest.GPUNode(w.ns+"-"+name, w.ns, product)
+		n.Labels[fabric.CliqueLabel] = w.ns + "." + domain
+		_, err := kube.CoreV1().Nodes().Create(w.ctx, n, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	clique("a-0", "a")
+	clique("a-1", "a")
+	clique("b-0", "b")
+	clique("c-0", "c")
+	w.apply(fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: ModelServing
+metadata: {name: nvl}
+spec:
+  schedulerName: berth-scheduler
+  replicas: 1
+  template:
+    networkTopology: {mode: hard, highestTierName: nvlink}
+    roles:
+    - name: server
+      replicas: 1
+      workerReplicas: 1
+      entryTemplate:
+        metadata: {labels: {app: nvl}}
+        spec:
+          nodeSelector: {%[1]s: %[2]s}
+          containers:
+          - name: vllm
+            image: vllm/vllm-openai:v0.11.0
+            args: ["--model", "nvl-model"]
+            ports: [{containerPort: 8000}]
+            resources: {limits: {nvidia.com/gpu: "5"}}
+      workerTemplate:
+        spec:
+          nodeSelector: {%[1]s: %[2]s}
+          containers:
+          - name: worker
+            image: vllm/vllm-openai:v0.11.0
+            args: ["--model", "nvl-model"]
+            resources: {limits: {nvidia.com/gpu: "5"}}
+`, sim.GPUProductLabel, product))
+	w.route("nvl", "nvl-model")
+	w.waitAvailable("nvl", 1)
+	count := func() string {
+		var ms workloadv1alpha1.ModelServing
+		if cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "nvl"}, &ms) != nil {
+			return ""
+		}
+		return ms.Annotations[workloadv1alpha1.GroupsThatFitAnnotation]
+	}
+	w.eventually("berth-scheduler publishes that no group fits one NVLink domain", 20*time.Second, func() bool { return count() == "0" })
+
+	log := w.watchReplicas("nvl")["nvl"]
+	pending := w.watchPending()
+	w.apply(policyYAML("nvl", `
+    scaleUp:
+      stablePolicy: {instances: 1, percent: 100, period: 1s}
+      panicPolicy: {panicThresholdPercent: 1000}
+    scaleDown: {stabilizationWindow: 60s, period: 1s}`),
+		scalingBindingYAML("nvl", "nvl", "nvl", 1, 3))
+	// 8 in flight against 2 per engine asks for more than one group.
+	l := w.startLoad("nvl-model", 8, 400)
+	defer l.end()
+	var cond *metav1.Condition
+	w.eventually("the binding says capacity-limited", 30*time.Second, func() bool {
+		cond = meta.FindStatusCondition(w.binding("nvl").Status.Conditions, binding.ConditionCapacityLimited)
+		return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "0 more groups of nvl fit")
+	})
+	w.hasEvent("nvl", binding.ReasonCapacityLimited)
+	w.decided(8, "nvl") // settled: later decisions keep it
+	assert.Equal(t, []int32{1}, log.values(), "no group was made that could not land")
+
+	// Domain c gains a node: one more group fits there.
+	clique("c-1", "c")
+	w.eventually("the count sees the new domain", 20*time.Second, func() bool { return count() != "0" && count() != "" })
+	w.waitAvailable("nvl", 2)
+	var pods corev1.PodList
+	require.NoError(t, cl.List(w.ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{workloadv1alpha1.GroupNameLabel: "nvl-1"}))
+	for _, p := range pods.Items {
+		assert.Contains(t, []string{w.ns + "-c-0", w.ns + "-c-1"}, p.Spec.NodeName, "group nvl-1 is inside domain c")
+	}
+	for pod, d := range pending() {
+		assert.Less(t, d, 5*time.Second, "pod %s waited unplaced", pod)
+	}
+	t.Logf("replicas %v; %s", log.values(), cond.Message)
 }

@@ -21,6 +21,7 @@ import (
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/autoscale"
+	"github.com/berth-sh/berth/pkg/sim"
 )
 
 // AutoscalingPolicy as Kthena 1.0 writes it: the policy names its own target.
@@ -166,19 +167,26 @@ spec:
 // pdServed is a prefill/decode ModelServing of one-GPU engines, one ServingGroup with one
 // prefill and one decode replica, behind a ModelServer that pairs them (NIXL) and a
 // ModelRoute for model.
-func (w *world) pdServed(name, model string) {
+func (w *world) pdServed(name, model string) { w.pdServedOn(name, model, 1, "") }
+
+// pdServedOn is pdServed with engines of gpus GPUs on nodes of the GPU product ("": any).
+func (w *world) pdServedOn(name, model string, gpus int, product string) {
+	sel := ""
+	if product != "" {
+		sel = fmt.Sprintf("\n          nodeSelector: {%s: %s}", sim.GPUProductLabel, product)
+	}
 	role := func(r string) string {
 		return fmt.Sprintf(`
     - name: %[1]s
       replicas: 1
       entryTemplate:
-        spec:
+        spec:%[4]s
           containers:
           - name: vllm
             image: vllm/vllm-openai:v0.11.0
             args: ["--model", "%[2]s"]
             ports: [{containerPort: 8000}]
-            resources: {limits: {nvidia.com/gpu: "1"}}`, r, model)
+            resources: {limits: {nvidia.com/gpu: "%[3]d"}}`, r, model, gpus, sel)
 	}
 	w.apply(fmt.Sprintf(`
 apiVersion: workload.serving.volcano.sh/v1alpha1
@@ -375,6 +383,86 @@ spec:
 		ratio := float64(pf) / float64(dc)
 		assert.True(t, ratio >= 0.5 && ratio <= 1, "prefill:decode %d:%d is outside [0.5, 1] in %s", pf, dc, pdString(seen))
 	}
+}
+
+// Placement-aware scale-up of a disaggregatedTarget: the prefill/decode group's one node (8
+// GPUs, 2 per engine) holds two more engines after its first pair, of either role alone,
+// but not the 3 decode and 2 prefill engines the load and the ratio ask for together.
+// berth-scheduler counts the replicas of each role every group can take and which pairs
+// fit together; the policy scales to 2:2, inside the ratio, says capacity-limited in its
+// status and an event, and no pod waits unplaced. Blind (BERTH_TEST_BLIND_SCALING=1) the
+// roles go past 4 engines and the extra ones wait.
+func TestDisaggregatedScaleUpStopsAtWhatFitsTogether(t *testing.T) {
+	w := newWorld(t, 0)
+	product := w.ns + "-pool"
+	w.gpuPools(product)
+	w.pdServedOn("pdfit", "pdfit-model", 2, product)
+	w.waitAvailable("pdfit", 1)
+	w.eventually("berth-scheduler publishes the role counts", 20*time.Second, func() bool {
+		var ms workloadv1alpha1.ModelServing
+		if cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "pdfit"}, &ms) != nil {
+			return false
+		}
+		fits, ok := autoscale.RoleReplicasThatFit(ms.Annotations, time.Now())
+		return ok && fits["decode"].Fit == 2 && fits["prefill"].Fit == 2 && slices.Equal(fits["decode"].Alongside["prefill"], []int32{2, 1, 0})
+	})
+	roles := w.watchRoles("pdfit")
+	pending := w.watchPending()
+	w.apply(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: pdfit}
+spec:
+  tolerancePercent: 10
+  behavior:
+    scaleUp:
+      stablePolicy: {instances: 4, percent: 400, period: 1s}
+      panicPolicy: {panicThresholdPercent: 1000}
+    scaleDown: {instances: 1, percent: 100, period: 1s, stabilizationWindow: 60s}
+  disaggregatedTarget:
+    targetRef: {kind: ModelServing, name: pdfit}
+    roles:
+      prefill:
+        minReplicas: 1
+        maxReplicas: 4
+        metrics: [{name: prefilling, targetValue: "2"}]
+        metricSources:
+          prefilling: {pod: {name: "vllm:num_requests_running", port: 8000}}
+      decode:
+        minReplicas: 1
+        maxReplicas: 6
+        metrics: [{name: decoding, targetValue: "2"}]
+        metricSources:
+          decoding: {pod: {name: "vllm:num_requests_running", port: 8000}}
+    ratioConstraint: {numeratorRole: prefill, denominatorRole: decode, minRatio: "0.5", maxRatio: "1"}
+`)
+	// 12 in flight asks for 6 decode engines, and the ratio for 3 prefill ones.
+	l := w.startLoad("pdfit-model", 12, 400)
+	defer l.end()
+	var msg string
+	w.eventually("the policy says capacity-limited", 45*time.Second, func() bool {
+		var s string
+		s, _, msg = policyCondition(w.policy("pdfit"), "CapacityLimited")
+		return s == "True" && strings.Contains(msg, "0 more replicas of decode fit in every group")
+	})
+	w.eventually("2:2, the pair that fits", 30*time.Second, func() bool {
+		rs := roles()
+		last := rs[len(rs)-1].replica
+		return last["decode"] == 2 && last["prefill"] == 2
+	})
+	w.hasEventOn("AutoscalingPolicy", "pdfit", "CapacityLimited")
+	w.decided(8, "autoscalingpolicy/pdfit") // settled: later decisions keep it
+	seen := roles()
+	for _, r := range seen {
+		pf, dc := r.replica["prefill"], r.replica["decode"]
+		assert.LessOrEqual(t, pf+dc, int32(4), "never more engines than the node holds: %s", pdString(seen))
+		ratio := float64(pf) / float64(dc)
+		assert.True(t, ratio >= 0.5 && ratio <= 1, "prefill:decode %d:%d is outside [0.5, 1] in %s", pf, dc, pdString(seen))
+	}
+	for pod, d := range pending() {
+		assert.Less(t, d, 5*time.Second, "pod %s waited unplaced", pod)
+	}
+	t.Logf("prefill:decode %s; %s", pdString(seen), msg)
 }
 
 // A heterogeneousTarget spreads one demand over two ModelServings of one model by cost, as a
