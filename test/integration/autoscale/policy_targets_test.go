@@ -223,6 +223,41 @@ spec:
 `, name, model))
 }
 
+// pdPolicyYAML is an AutoscalingPolicy whose disaggregatedTarget scales the prefill (1 to
+// 4) and decode (1 to 6) roles of ModelServing name, each on its own engines' running
+// requests (2 per engine), prefill:decode within [0.5, 1]; stable is its scale-up
+// stablePolicy, window its scale-down stabilization window.
+func pdPolicyYAML(name, stable, window string) string {
+	return fmt.Sprintf(`
+apiVersion: workload.serving.volcano.sh/v1alpha1
+kind: AutoscalingPolicy
+metadata: {name: %[1]s}
+spec:
+  tolerancePercent: 10
+  behavior:
+    scaleUp:
+      stablePolicy: %[2]s
+      panicPolicy: {panicThresholdPercent: 1000}
+    scaleDown: {instances: 1, percent: 100, period: 1s, stabilizationWindow: %[3]s}
+  disaggregatedTarget:
+    targetRef: {kind: ModelServing, name: %[1]s}
+    roles:
+      prefill:
+        minReplicas: 1
+        maxReplicas: 4
+        metrics: [{name: prefilling, targetValue: "2"}]
+        metricSources:
+          prefilling: {pod: {name: "vllm:num_requests_running", port: 8000}}
+      decode:
+        minReplicas: 1
+        maxReplicas: 6
+        metrics: [{name: decoding, targetValue: "2"}]
+        metricSources:
+          decoding: {pod: {name: "vllm:num_requests_running", port: 8000}}
+    ratioConstraint: {numeratorRole: prefill, denominatorRole: decode, minRatio: "0.5", maxRatio: "1"}
+`, name, stable, window)
+}
+
 // roleReplicas is one version of a ModelServing's role replicas as a watch saw it.
 type roleReplicas struct {
 	at      time.Time
@@ -283,34 +318,7 @@ func TestDisaggregatedTargetKeepsTheRatioUnderALoadRamp(t *testing.T) {
 	w.pdServed("pd", "pd-model")
 	w.waitAvailable("pd", 1)
 	roles := w.watchRoles("pd")
-	w.apply(`
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: AutoscalingPolicy
-metadata: {name: pd}
-spec:
-  tolerancePercent: 10
-  behavior:
-    scaleUp:
-      stablePolicy: {instances: 1, percent: 100, period: 1s}
-      panicPolicy: {panicThresholdPercent: 1000}
-    scaleDown: {instances: 1, percent: 100, period: 1s, stabilizationWindow: 2s}
-  disaggregatedTarget:
-    targetRef: {kind: ModelServing, name: pd}
-    roles:
-      prefill:
-        minReplicas: 1
-        maxReplicas: 4
-        metrics: [{name: prefilling, targetValue: "2"}]
-        metricSources:
-          prefilling: {pod: {name: "vllm:num_requests_running", port: 8000}}
-      decode:
-        minReplicas: 1
-        maxReplicas: 6
-        metrics: [{name: decoding, targetValue: "2"}]
-        metricSources:
-          decoding: {pod: {name: "vllm:num_requests_running", port: 8000}}
-    ratioConstraint: {numeratorRole: prefill, denominatorRole: decode, minRatio: "0.5", maxRatio: "1"}
-`)
+	w.apply(pdPolicyYAML("pd", "{instances: 1, percent: 100, period: 1s}", "2s"))
 	w.eventually("the policy decides", 20*time.Second, func() bool {
 		s, _, _ := policyCondition(w.policy("pd"), "Ready")
 		return s != ""
@@ -408,34 +416,7 @@ func TestDisaggregatedScaleUpStopsAtWhatFitsTogether(t *testing.T) {
 	})
 	roles := w.watchRoles("pdfit")
 	pending := w.watchPending()
-	w.apply(`
-apiVersion: workload.serving.volcano.sh/v1alpha1
-kind: AutoscalingPolicy
-metadata: {name: pdfit}
-spec:
-  tolerancePercent: 10
-  behavior:
-    scaleUp:
-      stablePolicy: {instances: 4, percent: 400, period: 1s}
-      panicPolicy: {panicThresholdPercent: 1000}
-    scaleDown: {instances: 1, percent: 100, period: 1s, stabilizationWindow: 60s}
-  disaggregatedTarget:
-    targetRef: {kind: ModelServing, name: pdfit}
-    roles:
-      prefill:
-        minReplicas: 1
-        maxReplicas: 4
-        metrics: [{name: prefilling, targetValue: "2"}]
-        metricSources:
-          prefilling: {pod: {name: "vllm:num_requests_running", port: 8000}}
-      decode:
-        minReplicas: 1
-        maxReplicas: 6
-        metrics: [{name: decoding, targetValue: "2"}]
-        metricSources:
-          decoding: {pod: {name: "vllm:num_requests_running", port: 8000}}
-    ratioConstraint: {numeratorRole: prefill, denominatorRole: decode, minRatio: "0.5", maxRatio: "1"}
-`)
+	w.apply(pdPolicyYAML("pdfit", "{instances: 4, percent: 400, period: 1s}", "60s"))
 	// 12 in flight asks for 6 decode engines, and the ratio for 3 prefill ones.
 	l := w.startLoad("pdfit-model", 12, 400)
 	defer l.end()

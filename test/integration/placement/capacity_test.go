@@ -6,13 +6,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
-	"github.com/berth-sh/berth/pkg/sim"
 )
 
 // berth-scheduler's count of the groups that fit (docs/autoscaling.md, "Placement-aware
@@ -24,14 +22,7 @@ func TestGroupsThatFitCountsDRADevices(t *testing.T) {
 	w := newWorld(t)
 	createDRANodes(t, w.ctx)
 	waitForSlices(w)
-	_, err := kube.ResourceV1().ResourceClaimTemplates(w.ns).Create(w.ctx, &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "two-gpus"},
-		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
-			Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
-				DeviceClassName: sim.GPUDeviceClassName, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 2}}},
-		}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	w.claimTemplate("two-gpus", 2, "")
 	spec := podSpec(0)
 	spec.Tolerations = []corev1.Toleration{{Key: draTaint, Operator: corev1.TolerationOpExists}}
 	spec.NodeSelector = map[string]string{corev1.LabelHostname: draA100}

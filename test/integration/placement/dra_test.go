@@ -55,6 +55,22 @@ func createDRANodes(t *testing.T, ctx context.Context) {
 	}
 }
 
+// claimTemplate creates a ResourceClaimTemplate of count GPUs of the simulated driver's
+// class, those the CEL selector matches ("": any).
+func (w *world) claimTemplate(name string, count int64, selector string) {
+	w.t.Helper()
+	req := &resourcev1.ExactDeviceRequest{DeviceClassName: sim.GPUDeviceClassName, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: count}
+	if selector != "" {
+		req.Selectors = []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: selector}}}
+	}
+	_, err := kube.ResourceV1().ResourceClaimTemplates(w.ns).Create(w.ctx, &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: req}}}}},
+	}, metav1.CreateOptions{})
+	require.NoError(w.t, err)
+}
+
 // draPod is a pod of berth-scheduler whose engine uses the claim made from template.
 func draPod(name, template string) *corev1.Pod {
 	spec := podSpec(0)
@@ -69,15 +85,7 @@ func TestDRAGPUs(t *testing.T) {
 	createDRANodes(t, w.ctx)
 	waitForSlices(w)
 
-	_, err := kube.ResourceV1().ResourceClaimTemplates(w.ns).Create(w.ctx, &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "two-h100"},
-		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
-			Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
-				DeviceClassName: sim.GPUDeviceClassName, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 2,
-				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: h100Selector}}}}}},
-		}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	w.claimTemplate("two-h100", 2, h100Selector)
 
 	// The fabric's nodes publish no devices and dra-a100's are A100s: only dra-h100's two
 	// H100s match, so the first pod runs there and the second waits for them.
@@ -100,7 +108,7 @@ func TestDRAGPUs(t *testing.T) {
 	plugin := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plugin"}, Spec: podSpec(2)}
 	plugin.Spec.Tolerations = []corev1.Toleration{{Key: draTaint, Operator: corev1.TolerationOpExists}}
 	plugin.Spec.NodeSelector = map[string]string{corev1.LabelHostname: draH100}
-	_, err = kube.CoreV1().Pods(w.ns).Create(w.ctx, plugin, metav1.CreateOptions{})
+	_, err := kube.CoreV1().Pods(w.ns).Create(w.ctx, plugin, metav1.CreateOptions{})
 	require.NoError(t, err)
 	w.running("plugin", time.Minute)
 
