@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -136,4 +137,29 @@ func TestRoleFitsAndWhatFitsAlongside(t *testing.T) {
 	assert.Equal(t, []int{1, 0}, c.Alongside(ms, 0, 1, DefaultLimit))
 	// A ModelServing with no placed group has nothing to add a role replica to.
 	assert.Equal(t, 0, c.RoleFits(pdOn("fresh", "A100", 1), 0, DefaultLimit))
+}
+
+// BenchmarkRoleCounts is one round's role counts for a prefill/decode ModelServing of 16
+// placed groups on 64 8-GPU nodes (what berth-scheduler adds per multi-role ModelServing
+// every publishing period): go test -run '^$' -bench RoleCounts ./pkg/capacity
+func BenchmarkRoleCounts(b *testing.B) {
+	ms := pdOn("pd", "A100", 2)
+	ms.Spec.Replicas = ptr.To[int32](16)
+	var nodes []*corev1.Node
+	var pods []*corev1.Pod
+	for i := range 64 {
+		nodes = append(nodes, node(fmt.Sprintf("a100-%d", i), "A100"))
+	}
+	for g := range 16 {
+		for ri := range ms.Spec.Template.Roles {
+			for _, p := range rolePods(ms, g, &ms.Spec.Template.Roles[ri], 0) {
+				p.Spec.NodeName = fmt.Sprintf("a100-%d", g*4)
+				pods = append(pods, p)
+			}
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		roleCounts(NewCounter(Cluster{Nodes: nodes, Pods: pods}), ms, DefaultLimit)
+	}
 }
