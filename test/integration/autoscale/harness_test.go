@@ -116,9 +116,20 @@ func (w *world) dump() {
 		out, _ := yaml.Marshal(b.Status)
 		w.t.Logf("binding %s status:\n%s", b.Name, out)
 	}
+	var policies workloadv1alpha1.AutoscalingPolicyList
+	_ = cl.List(context.Background(), &policies, client.InNamespace(w.ns))
+	for _, p := range policies.Items {
+		out, _ := yaml.Marshal(p.Status)
+		w.t.Logf("policy %s status:\n%s", p.Name, out)
+	}
+	var pods corev1.PodList
+	_ = cl.List(context.Background(), &pods, client.InNamespace(w.ns))
+	for _, p := range pods.Items {
+		w.t.Logf("pod %s node=%q phase=%s", p.Name, p.Spec.NodeName, p.Status.Phase)
+	}
 	evs, _ := kube.CoreV1().Events(w.ns).List(context.Background(), metav1.ListOptions{})
 	for _, e := range evs.Items {
-		if e.InvolvedObject.Kind == "AutoscalingPolicyBinding" {
+		if e.InvolvedObject.Kind == "AutoscalingPolicyBinding" || e.InvolvedObject.Kind == "AutoscalingPolicy" {
 			w.t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message)
 		}
 	}

@@ -426,7 +426,8 @@ func TestDisaggregatedScaleUpStopsAtWhatFitsTogether(t *testing.T) {
 		s, _, msg = policyCondition(w.policy("pdfit"), "CapacityLimited")
 		return s == "True" && strings.Contains(msg, "0 more replicas of decode fit in every group")
 	})
-	w.eventually("2:2, the pair that fits", 30*time.Second, func() bool {
+	defer func() { t.Logf("prefill:decode as the watch saw them: %s", pdString(roles())) }()
+	w.eventually("2:2, the pair that fits", 60*time.Second, func() bool {
 		rs := roles()
 		last := rs[len(rs)-1].replica
 		return last["decode"] == 2 && last["prefill"] == 2
