@@ -8,11 +8,11 @@ package capacity
 
 import (
 	"fmt"
-	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/plugins/placement"
@@ -65,12 +65,13 @@ func NewCounter(c Cluster) *Counter {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
+		var group types.NamespacedName // of a ServingGroup's pod that is not going
 		if g := p.Labels[workloadv1alpha1.GroupNameLabel]; g != "" && p.DeletionTimestamp == nil {
-			key := types.NamespacedName{Namespace: p.Namespace, Name: g}
-			if present[key] == nil {
-				present[key] = map[string]bool{}
+			group = types.NamespacedName{Namespace: p.Namespace, Name: g}
+			if present[group] == nil {
+				present[group] = map[string]bool{}
 			}
-			present[key][p.Labels[workloadv1alpha1.RoleIDLabel]] = true
+			present[group][p.Labels[workloadv1alpha1.RoleIDLabel]] = true
 		}
 		if p.Spec.NodeName == "" {
 			if p.DeletionTimestamp == nil {
@@ -86,9 +87,8 @@ func NewCounter(c Cluster) *Counter {
 		for k, v := range placement.PodRequests(p) {
 			u[k] += v
 		}
-		if g := p.Labels[workloadv1alpha1.GroupNameLabel]; g != "" && p.DeletionTimestamp == nil {
-			key := types.NamespacedName{Namespace: p.Namespace, Name: g}
-			placed[key] = append(placed[key], placement.PlacedPod{Pod: p, Node: p.Spec.NodeName})
+		if group.Name != "" {
+			placed[group] = append(placed[group], placement.PlacedPod{Pod: p, Node: p.Spec.NodeName})
 		}
 	}
 	var static []placement.StaticNode
@@ -182,8 +182,7 @@ func (c *Counter) Alongside(ms *workloadv1alpha1.ModelServing, a, b, limit int) 
 	return out
 }
 
-// roleState is a count's simulation with the groups' pods placed so far, each group's
-// replicas of each role counted after the template's.
+// roleState is a count's simulation with the groups' pods placed so far.
 type roleState struct {
 	sim    *placement.Simulation
 	groups []roleGroup
@@ -192,8 +191,8 @@ type roleState struct {
 
 type roleGroup struct {
 	index  int
+	pg     *volcanov1beta1.PodGroup // built once per group, for every planning of it
 	placed []placement.PlacedPod
-	added  map[int]int // role index -> replicas added
 }
 
 // start is the state before any role replica is added: ms's groups with placed pods, and
@@ -208,6 +207,7 @@ func (c *Counter) start(ms *workloadv1alpha1.ModelServing) roleState {
 		if len(placed) == 0 {
 			continue
 		}
+		pg := workload.BuildPodGroup(ms, i)
 		var missing []*corev1.Pod
 		for ri := range ms.Spec.Template.Roles {
 			r := &ms.Spec.Template.Roles[ri]
@@ -218,19 +218,21 @@ func (c *Counter) start(ms *workloadv1alpha1.ModelServing) roleState {
 			}
 		}
 		if len(missing) > 0 {
-			sim, went, _, err := placement.PlanOn(st.sim, c.chooser, workload.BuildPodGroup(ms, i), missing, placed)
+			sim, went, _, err := placement.PlanOn(st.sim, c.chooser, pg, missing, placed)
 			if err != nil || sim == nil {
 				return roleState{full: true}
 			}
 			st.sim, placed = sim, append(placed[:len(placed):len(placed)], went...)
 		}
-		st.groups = append(st.groups, roleGroup{index: i, placed: placed})
+		st.groups = append(st.groups, roleGroup{index: i, pg: pg, placed: placed})
 	}
 	return st
 }
 
 // addRole adds replicas of role ri to every group of st, one step at a time, at most
-// limit steps; it returns the state after each step that fit.
+// limit steps; it returns the state after each step that fit. st holds no replica of ri
+// added before (it is start's, or another role's step), so step n adds replica
+// template's + n.
 func (c *Counter) addRole(ms *workloadv1alpha1.ModelServing, ri int, st roleState, limit int) []roleState {
 	if len(st.groups) == 0 || st.full {
 		return nil
@@ -240,25 +242,51 @@ func (c *Counter) addRole(ms *workloadv1alpha1.ModelServing, ri int, st roleStat
 	for n := 0; n < limit; n++ {
 		next := roleState{sim: st.sim, groups: make([]roleGroup, len(st.groups))}
 		for gi, g := range st.groups {
-			j := roleReplicas(r) + g.added[ri]
-			pods := rolePods(ms, g.index, r, j)
-			sim, went, _, err := placement.PlanOn(next.sim, c.chooser, workload.BuildPodGroup(ms, g.index), pods, g.placed)
+			pods := rolePods(ms, g.index, r, roleReplicas(r)+n)
+			sim, went, _, err := placement.PlanOn(next.sim, c.chooser, g.pg, pods, g.placed)
 			if err != nil || sim == nil {
 				return out
 			}
-			added := maps.Clone(g.added)
-			if added == nil {
-				added = map[int]int{}
-			}
-			added[ri]++
 			next.sim = sim
 			// The next step's replica goes around this one too.
-			next.groups[gi] = roleGroup{index: g.index, placed: append(g.placed[:len(g.placed):len(g.placed)], went...), added: added}
+			g.placed = append(g.placed[:len(g.placed):len(g.placed)], went...)
+			next.groups[gi] = g
 		}
 		out = append(out, next)
 		st = next
 	}
 	return out
+}
+
+// roleCounts are, for every role of ms, the replicas every placed group can take
+// (RoleFits) and, for each role named after it, Alongside: one start and one series of
+// steps per role, shared by the pairs.
+func (c *Counter) roleCounts(ms *workloadv1alpha1.ModelServing, limit int) (fits []int, alongside []map[int][]int) {
+	roles := ms.Spec.Template.Roles
+	start := c.start(ms)
+	steps := make([][]roleState, len(roles))
+	fits = make([]int, len(roles))
+	for ri := range roles {
+		steps[ri] = c.addRole(ms, ri, start, limit)
+		fits[ri] = len(steps[ri])
+	}
+	alongside = make([]map[int][]int, len(roles))
+	for a := range roles {
+		for b := range roles {
+			if roles[b].Name <= roles[a].Name || fits[a] == 0 {
+				continue
+			}
+			if alongside[a] == nil {
+				alongside[a] = map[int][]int{}
+			}
+			along := []int{fits[b]}
+			for _, st := range steps[a] {
+				along = append(along, len(c.addRole(ms, b, st, limit)))
+			}
+			alongside[a][b] = along
+		}
+	}
+	return fits, alongside
 }
 
 func roleReplicas(r *workloadv1alpha1.Role) int { return int(ptr.Deref(r.Replicas, 1)) }

@@ -207,21 +207,19 @@ type roleFit struct {
 // for each pair of roles the counts that fit together (keys sorted, so an unchanged count
 // is an unchanged string).
 func roleCounts(c *Counter, ms *workloadv1alpha1.ModelServing, limit int) string {
-	out := map[string]roleFit{}
 	roles := ms.Spec.Template.Roles
+	fits, alongside := c.roleCounts(ms, limit)
+	out := map[string]roleFit{}
 	for ri := range roles {
-		r := &roles[ri]
-		f := roleFit{Fit: c.RoleFits(ms, ri, limit), Replicas: roleReplicas(r)}
-		for rj := range roles {
-			if roles[rj].Name > r.Name && f.Fit > 0 {
-				if f.Alongside == nil {
-					f.Alongside = map[string][]int{}
-				}
-				f.Alongside[roles[rj].Name] = c.Alongside(ms, ri, rj, limit)
+		f := roleFit{Fit: fits[ri], Replicas: roleReplicas(&roles[ri])}
+		for rj, along := range alongside[ri] {
+			if f.Alongside == nil {
+				f.Alongside = map[string][]int{}
 			}
+			f.Alongside[roles[rj].Name] = along
 		}
-		out[r.Name] = f
-		roleReplicasThatFit.WithLabelValues(ms.Namespace, ms.Name, r.Name).Set(float64(f.Fit))
+		out[roles[ri].Name] = f
+		roleReplicasThatFit.WithLabelValues(ms.Namespace, ms.Name, roles[ri].Name).Set(float64(f.Fit))
 	}
 	b, _ := json.Marshal(out) // maps marshal with sorted keys
 	return string(b)

@@ -186,13 +186,12 @@ func (r *Router) holdCold(ctx context.Context, res match.Result, cold []*view.Wo
 	// answered its first byte, or heldPace after the write, whichever comes first: written
 	// alone, two requests a moment apart on two connections reached the engine's handlers
 	// in either order (seen under -race); none waits for another's whole answer.
-	var once sync.Once
-	goNext := func() { once.Do(next) }
+	// next lets the next request go once, whichever calls it first.
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest:         func(httptrace.WroteRequestInfo) { time.AfterFunc(heldPace, goNext) },
-		GotFirstResponseByte: goNext,
+		WroteRequest:         func(httptrace.WroteRequestInfo) { time.AfterFunc(heldPace, next) },
+		GotFirstResponseByte: next,
 	})
-	return ctx, goNext, snap, b, nil
+	return ctx, next, snap, b, nil
 }
 
 // signalDemand writes w's demand annotation unless it (or this replica's last write) is

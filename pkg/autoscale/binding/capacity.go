@@ -101,26 +101,33 @@ func (r *Reconciler) applyCapacityReport(j job, targets []*target, want, blind [
 		}
 	}
 	rep := reportCapacity(targets, want, blind)
-	if !rep.known {
-		meta.RemoveStatusCondition(&status.Conditions, ConditionCapacityLimited)
-		return
-	}
-	if !rep.limited {
-		setCondition(&status.Conditions, j.generation, ConditionCapacityLimited, metav1.ConditionFalse, ReasonCapacityAvailable, rep.message)
-		return
-	}
 	var moves []string
 	for i, t := range targets {
 		if want[i] != blind[i] {
 			moves = append(moves, fmt.Sprintf("%s %d instead of %d", t.key, want[i], blind[i]))
 		}
 	}
+	r.setCapacityCondition(j, &status.Conditions, rep, moves)
+}
+
+// setCapacityCondition writes what the counts did to a decision: no condition without a
+// count, False while they held nothing back, True (with the metric, and an event naming
+// the moves once per new message) while they did.
+func (r *Reconciler) setCapacityCondition(j job, conds *[]metav1.Condition, rep capacityReport, moves []string) {
+	if !rep.known {
+		meta.RemoveStatusCondition(conds, ConditionCapacityLimited)
+		return
+	}
+	if !rep.limited {
+		setCondition(conds, j.generation, ConditionCapacityLimited, metav1.ConditionFalse, ReasonCapacityAvailable, rep.message)
+		return
+	}
 	capacityLimits.WithLabelValues(j.namespace, j.label).Inc()
 	// One event per new limit, not one per sync period while it stands.
-	if c := meta.FindStatusCondition(status.Conditions, ConditionCapacityLimited); c == nil || c.Status != metav1.ConditionTrue || c.Message != rep.message {
+	if c := meta.FindStatusCondition(*conds, ConditionCapacityLimited); c == nil || c.Status != metav1.ConditionTrue || c.Message != rep.message {
 		r.Recorder.Eventf(j.owner, nil, corev1.EventTypeNormal, ReasonCapacityLimited, actionDecide, "%s: %s", rep.message, strings.Join(moves, ", "))
 	}
-	setCondition(&status.Conditions, j.generation, ConditionCapacityLimited, metav1.ConditionTrue, ReasonCapacityLimited, rep.message)
+	setCondition(conds, j.generation, ConditionCapacityLimited, metav1.ConditionTrue, ReasonCapacityLimited, rep.message)
 }
 
 // blindWant is what each target would get of total without the counts.
@@ -161,20 +168,11 @@ func (r *Reconciler) applyRoleCapacity(j job, ms string, names []string, roles m
 			moves = append(moves, fmt.Sprintf("%s %d instead of %d", name, rd.decided, rd.blind))
 		}
 	}
-	if len(parts) == 0 {
-		meta.RemoveStatusCondition(conds, ConditionCapacityLimited)
-		return
+	rep := capacityReport{known: len(parts) > 0, limited: len(moves) > 0, message: "capacity: " + strings.Join(parts, ", ")}
+	if rep.limited {
+		rep.message = "capacity-limited: " + strings.Join(parts, ", ")
 	}
-	if len(moves) == 0 {
-		setCondition(conds, j.generation, ConditionCapacityLimited, metav1.ConditionFalse, ReasonCapacityAvailable, "capacity: "+strings.Join(parts, ", "))
-		return
-	}
-	message := "capacity-limited: " + strings.Join(parts, ", ")
-	capacityLimits.WithLabelValues(j.namespace, j.label).Inc()
-	if c := meta.FindStatusCondition(*conds, ConditionCapacityLimited); c == nil || c.Status != metav1.ConditionTrue || c.Message != message {
-		r.Recorder.Eventf(j.owner, nil, corev1.EventTypeNormal, ReasonCapacityLimited, actionDecide, "%s: %s", message, strings.Join(moves, ", "))
-	}
-	setCondition(conds, j.generation, ConditionCapacityLimited, metav1.ConditionTrue, ReasonCapacityLimited, message)
+	r.setCapacityCondition(j, conds, rep, moves)
 }
 
 // fitTogether lowers the scale-ups of roles a and b (a's name sorts first) to the largest
