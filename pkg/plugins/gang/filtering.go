@@ -204,9 +204,13 @@ func (g *Gang) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1
 			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: planned node %s has room once %d pods preempted for it have left (with their devices)", key, s.planned, n))
 		}
 		fastPath.WithLabelValues("stale").Inc()
-		g.model.Exclude(key, s.planned)
+		back := g.model.Exclude(key, s.planned)
 		g.model.Drop(key)
 		time.AfterFunc(100*time.Millisecond, func() { g.activate(key) })
+		// No cluster event says the node is back in the group's plans: a group that could
+		// not be planned without it would wait beside its free capacity for the queue's
+		// periodic flush (minutes), so it is tried again when the exclusion ends.
+		time.AfterFunc(time.Until(back)+50*time.Millisecond, func() { g.activate(key) })
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang %s: planned node %s no longer takes pod %s; planning again", key, s.planned, pod.Name))
 	}
 	if c := g.claimAhead(key, pod); c != "" {

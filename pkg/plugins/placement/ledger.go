@@ -202,14 +202,16 @@ func (m *Model) exclude(p *Pool, key string) {
 }
 
 // Exclude keeps node out of the group's plans for a while: a Filter the model does not
-// model refused one of its pods there.
-func (m *Model) Exclude(key, node string) {
+// model refused one of its pods there. It returns when the node is back in them.
+func (m *Model) Exclude(key, node string) time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.excluded[key] == nil {
 		m.excluded[key] = map[string]time.Time{}
 	}
-	m.excluded[key][node] = time.Now().Add(exclusionTime)
+	until := time.Now().Add(exclusionTime)
+	m.excluded[key][node] = until
+	return until
 }
 
 // KeptOn is what plans other than except's keep on the node; nil when nothing.

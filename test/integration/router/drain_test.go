@@ -103,8 +103,8 @@ spec:
 	}
 	require.Len(t, nodes, 2, "each pod fills its node")
 	start := time.Now()
-	evictions := kubectlDrain(t, w.ctx, w.ns, nodes)
-	t.Logf("drain of %v finished in %s (%d evictions accepted)", nodes, time.Since(start).Round(time.Millisecond), evictions)
+	evictions, refused := kubectlDrain(t, w.ctx, w.ns, nodes)
+	t.Logf("drain of %v finished in %s (%d evictions accepted, %d refused with 429)", nodes, time.Since(start).Round(time.Millisecond), evictions, refused)
 	w.eventually("4 whole groups are Ready again, none on a drained node", 60*time.Second, func() bool {
 		for _, p := range w.podList() {
 			if slices.Contains(nodes, p.Spec.NodeName) {
@@ -126,9 +126,14 @@ spec:
 	var seen []string
 	conditions.Range(func(k, _ any) bool { seen = append(seen, k.(string)); return true })
 	t.Logf("DisruptionAllowed seen: %q", seen)
-	assert.True(t, slices.ContainsFunc(seen, func(s string) bool {
-		return strings.HasPrefix(s, "False nodes drained: ") && strings.Contains(s, "waits: 3 of min 3 groups ready")
-	}), "while a group waits, the condition names the drained nodes and why it waits")
+	// The condition is asked of a wait: when every eviction was accepted at once (the first
+	// displaced group was whole again before the second's pods were tried, which a slow run
+	// can do) nothing waited and there is nothing for it to explain.
+	if refused > 0 {
+		assert.True(t, slices.ContainsFunc(seen, func(s string) bool {
+			return strings.HasPrefix(s, "False nodes drained: ") && strings.Contains(s, "waits: 3 of min 3 groups ready")
+		}), "while a group waits, the condition names the drained nodes and why it waits")
+	}
 	w.eventually("the DisruptionAllowed condition goes with the drain", 10*time.Second, func() bool {
 		ms := &workloadv1alpha1.ModelServing{}
 		require.NoError(t, cl.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: "drain"}, ms))
@@ -145,13 +150,13 @@ func (w *world) podList() []corev1.Pod {
 // kubectlDrain drains nodes as kubectl drain does: it cordons them, then evicts every pod on
 // them through the Eviction API, retrying an eviction refused with 429 (kubectl every 5 s;
 // here every 200 ms, to keep the test short), and returns once every pod it evicted is gone.
-// It returns how many evictions the API accepted.
-func kubectlDrain(t *testing.T, ctx context.Context, ns string, nodes []string) int64 {
+// It returns how many evictions the API accepted and how many it refused with 429.
+func kubectlDrain(t *testing.T, ctx context.Context, ns string, nodes []string) (accepted, refused int64) {
 	for _, n := range nodes {
 		_, err := kube.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
 		require.NoError(t, err)
 	}
-	var accepted atomic.Int64
+	var accepts, refusals atomic.Int64
 	var evicting sync.WaitGroup
 	for _, n := range nodes {
 		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
@@ -169,8 +174,10 @@ func kubectlDrain(t *testing.T, ctx context.Context, ns string, nodes []string) 
 							DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}})
 						switch {
 						case err == nil:
-							accepted.Add(1)
-						case apierrors.IsTooManyRequests(err), apierrors.IsNotFound(err), apierrors.IsConflict(err):
+							accepts.Add(1)
+						case apierrors.IsTooManyRequests(err):
+							refusals.Add(1)
+						case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 						default:
 							t.Errorf("evicting %s: %v", p.Name, err)
 							return
@@ -183,7 +190,7 @@ func kubectlDrain(t *testing.T, ctx context.Context, ns string, nodes []string) 
 		}
 	}
 	evicting.Wait()
-	return accepted.Load()
+	return accepts.Load(), refusals.Load()
 }
 
 // groupWatch follows a ModelServing's pods for a whole run: the fewest whole groups Ready at
