@@ -117,11 +117,15 @@ type result struct {
 	progress   []sample      // Available objects during the fill and the settle after churn
 }
 
-// sample is how many objects were Available at one moment of a phase.
+// sample is how many objects were Available at one moment of a phase, and how many of
+// their pods existed, were bound and were Ready: where a slow fill waits (pods not yet
+// created: the controller; created but not bound: the scheduler; bound but not Ready: the
+// engines' start).
 type sample struct {
-	phase     string // "fill" (from the first object created) or "settle" (from the churn's end)
-	at        time.Duration
-	available int
+	phase                  string // "fill" (from the first object created) or "settle" (from the churn's end)
+	at                     time.Duration
+	available              int
+	pods, bound, podsReady int
 }
 
 func run(mode string, c config) (result, error) {
@@ -154,6 +158,10 @@ func run(mode string, c config) (result, error) {
 	fmt.Fprintf(c.log, "%d nodes in %s\n", c.nodes, time.Since(t).Round(time.Second))
 	kubelet := sim.NewKubelet(kube, 0)
 	go kubelet.Run(ctx)
+	pods, err := watchPods(ctx, kube)
+	if err != nil {
+		return result{}, err
+	}
 
 	dir, err := os.MkdirTemp("", "scalebench-")
 	if err != nil {
@@ -174,7 +182,7 @@ func run(mode string, c config) (result, error) {
 		r.components = append(r.components, comp)
 	}
 
-	w := workload{mode: mode, c: c, cl: cl, kube: kube, progress: &r.progress}
+	w := workload{mode: mode, c: c, cl: cl, kube: kube, progress: &r.progress, pods: pods}
 	start := time.Now()
 	if err := fanout.Run(c.servings, 8, func(i int) error { return w.create(ctx, i) }); err != nil {
 		return r, err
@@ -232,6 +240,7 @@ type workload struct {
 	cl       client.Client
 	kube     kubernetes.Interface
 	progress *[]sample
+	pods     *podCounts
 }
 
 func name(i int) string { return fmt.Sprintf("m%04d", i) }
@@ -353,7 +362,8 @@ func (w workload) waitAvailable(ctx context.Context, phase string, since time.Ti
 				}
 			}
 		}
-		*w.progress = append(*w.progress, sample{phase: phase, at: time.Since(since), available: ready})
+		created, bound, podsReady := w.pods.counts()
+		*w.progress = append(*w.progress, sample{phase: phase, at: time.Since(since), available: ready, pods: created, bound: bound, podsReady: podsReady})
 		if ready == total && total == w.c.servings {
 			return nil
 		}
@@ -439,23 +449,38 @@ func report(c config, results []result) (string, error) {
 }
 
 // writeFigures writes progress.svg (objects Available during the fill, per mode),
-// settle.svg (the same after the churn) and progress.csv (their raw numbers) into dir.
+// pods.svg (the fill's pods created, bound and Ready, per mode), settle.svg (objects
+// Available after the churn) and progress.csv (their raw numbers) into dir.
 func writeFigures(dir string, results []result) error {
-	table := figure.NewTable("mode", "phase", "seconds", "available")
+	table := figure.NewTable("mode", "phase", "seconds", "available", "pods", "bound", "ready")
 	fill := figure.Line{Title: "Objects Available since the first was created", XLabel: "seconds", YLabel: "objects Available"}
 	settle := figure.Line{Title: "Objects Available after the churn stopped", XLabel: "seconds", YLabel: "objects Available"}
+	podsFig := figure.Line{Title: "The fill's pods: created, bound, Ready", XLabel: "seconds", YLabel: "pods"}
 	for _, r := range results {
 		series := map[string]*figure.Series{"fill": {Name: r.mode}, "settle": {Name: r.mode}}
+		created, bound, ready := figure.Series{Name: r.mode + " created"}, figure.Series{Name: r.mode + " bound"}, figure.Series{Name: r.mode + " Ready"}
 		for _, s := range r.progress {
-			table.Add(r.mode, s.phase, s.at, s.available)
+			table.Add(r.mode, s.phase, s.at, s.available, s.pods, s.bound, s.podsReady)
 			if x := series[s.phase]; x != nil {
 				x.X, x.Y = append(x.X, s.at.Seconds()), append(x.Y, float64(s.available))
+			}
+			if s.phase == "fill" {
+				for _, p := range []struct {
+					s *figure.Series
+					n int
+				}{{&created, s.pods}, {&bound, s.bound}, {&ready, s.podsReady}} {
+					p.s.X, p.s.Y = append(p.s.X, s.at.Seconds()), append(p.s.Y, float64(p.n))
+				}
 			}
 		}
 		fill.Series = append(fill.Series, *series["fill"])
 		settle.Series = append(settle.Series, *series["settle"])
+		podsFig.Series = append(podsFig.Series, created, bound, ready)
 	}
 	if err := figure.Save(filepath.Join(dir, "progress.svg"), fill); err != nil {
+		return err
+	}
+	if err := figure.Save(filepath.Join(dir, "pods.svg"), podsFig); err != nil {
 		return err
 	}
 	if err := figure.Save(filepath.Join(dir, "settle.svg"), settle); err != nil {

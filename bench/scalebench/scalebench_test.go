@@ -46,6 +46,15 @@ func TestSmallRun(t *testing.T) {
 					comp.peakRSS(), comp.marks["churn"].cpu, comp.marks["fill"].goroutines)
 			}
 		}
+		var fillEnd sample
+		for _, s := range r.progress {
+			if s.phase == "fill" {
+				fillEnd = s
+			}
+		}
+		if want := c.servings * c.podsPerServing; fillEnd.pods != want || fillEnd.bound != want || fillEnd.podsReady != want {
+			t.Errorf("%s: at the fill's end %d pods, %d bound, %d Ready; want %d each", r.mode, fillEnd.pods, fillEnd.bound, fillEnd.podsReady, want)
+		}
 		last := r.progress[len(r.progress)-1]
 		if last.phase != "settle" || last.available != c.servings {
 			t.Errorf("%s: progress ends at %+v, want all %d Available after the churn", r.mode, last, c.servings)
@@ -79,10 +88,10 @@ func TestSmallRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(string(raw)), "\n"); lines[0] != "mode,phase,seconds,available" || !strings.Contains(string(raw), "\nberth,fill,") || !strings.Contains(string(raw), "\npeer,settle,") {
+	if lines := strings.Split(strings.TrimSpace(string(raw)), "\n"); lines[0] != "mode,phase,seconds,available,pods,bound,ready" || !strings.Contains(string(raw), "\nberth,fill,") || !strings.Contains(string(raw), "\npeer,settle,") {
 		t.Errorf("progress.csv:\n%s", raw)
 	}
-	for _, f := range []string{"progress.svg", "settle.svg"} {
+	for _, f := range []string{"progress.svg", "pods.svg", "settle.svg"} {
 		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("figure %s: %v", f, err)
 		}

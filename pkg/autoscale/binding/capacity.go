@@ -176,10 +176,14 @@ func (r *Reconciler) applyRoleCapacity(j job, ms string, names []string, roles m
 }
 
 // fitTogether lowers the scale-ups of roles a and b (a's name sorts first) to the largest
-// pair that fits together, when both grow and the pair they were decided at does not:
-// along[k] is how many more replicas of b every group takes with k more of a, counted
-// from each role's fitsBase. With a ratio (aIsNum: a is its numerator) the pair chosen
-// keeps it. Neither role goes below its current replicas. It says whether it lowered them.
+// pair that fits together, when the pair they were decided at does not: along[k] is how
+// many more replicas of b every group takes with k more of a, counted from each role's
+// fitsBase. Growth is judged from the count's base, not from the current replicas: a
+// count made before the last scale-up landed still says what the pair may add in all (a
+// role held at its current replicas may already be above its base, and then it takes
+// room the other's scale-up needs). With a ratio (aIsNum: a is its numerator) the pair
+// chosen keeps it. Neither role goes below its current replicas (nor above what it was
+// decided at). It says whether it lowered them.
 func fitTogether(a, b *roleDecision, along []int32, ratio *autoscale.Ratio, aIsNum bool) bool {
 	fits := func(x, y int32) bool {
 		dx, dy := x-a.fitsBase, y-b.fitsBase
@@ -197,16 +201,20 @@ func fitTogether(a, b *roleDecision, along []int32, ratio *autoscale.Ratio, aIsN
 		}
 		return autoscale.InRatio(y, x, *ratio)
 	}
-	if a.final <= a.current || b.final <= b.current || fits(a.final, b.final) {
+	if (a.final <= a.current && b.final <= b.current) || fits(a.final, b.final) {
 		return false
 	}
-	bestX, bestY, found := a.current, b.current, false
-	for x := a.final; x >= a.current; x-- {
-		for y := b.final; y >= b.current; y-- {
+	loA, loB := min(a.current, a.final), min(b.current, b.final)
+	bestX, bestY, found := loA, loB, false
+	for x := a.final; x >= loA; x-- {
+		for y := b.final; y >= loB; y-- {
 			if fits(x, y) && inRatio(x, y) && (!found || x+y > bestX+bestY) {
 				bestX, bestY, found = x, y, true
 			}
 		}
+	}
+	if bestX == a.final && bestY == b.final {
+		return false
 	}
 	a.unlowered, b.unlowered = a.final, b.final
 	a.final, b.final = bestX, bestY

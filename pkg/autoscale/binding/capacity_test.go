@@ -96,4 +96,15 @@ func TestFitTogetherKeepsTheRatio(t *testing.T) {
 	if fitTogether(decode, prefill, along, nil, false) {
 		t.Fatal("only decode grows: its own count bounds it")
 	}
+	// The count was made at 1:1 and 2:2 has since landed; the next sync still reads it.
+	// decode asks for one more and prefill is held at 2: one more prefill over the count's
+	// base leaves room for one more decode, not two, so decode stays at 2.
+	decode.current, prefill.current = 2, 2
+	decode.final, prefill.final = 3, 2
+	if !fitTogether(decode, prefill, along, ratio, false) {
+		t.Fatal("3 decode beside 2 prefill do not fit where the count was made at 1:1")
+	}
+	if decode.final != 2 || prefill.final != 2 {
+		t.Fatalf("want 2:2 kept, got prefill %d, decode %d", prefill.final, decode.final)
+	}
 }
