@@ -77,11 +77,17 @@ type Options struct {
 	// VariantCostsConfigMap is namespace/name of the accelerator unit costs a variant reads
 	// when its namespace has no accelerator-unit-costs ConfigMap.
 	VariantCostsConfigMap string
+	// ModelServingWorkers is how many ModelServings are reconciled at once (0:
+	// workload.DefaultWorkers; --concurrent-modelserving-syncs).
+	ModelServingWorkers int
 	// Manage is which objects the reconcilers act on: "all" (or "", every object of their
 	// kinds) or "berth" (ModelServings on berth-scheduler and objects labelled
 	// serving.berth.sh/managed=true), beside Kthena's, llmaz's or llm-d's controllers.
 	Manage string
 }
+
+// DefaultModelServingWorkers is --concurrent-modelserving-syncs' default.
+const DefaultModelServingWorkers = workload.DefaultWorkers
 
 // Scheme knows every kind the controller reads or writes.
 func Scheme() *runtime.Scheme {
@@ -164,6 +170,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Client:   mgr.GetClient(),
 		Scheme:   mgr.GetScheme(),
 		Recorder: mgr.GetEventRecorder("berth-controller"),
+		Workers:  o.ModelServingWorkers,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("ModelServing reconciler: %w", err)
 	}
