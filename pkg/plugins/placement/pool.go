@@ -43,6 +43,7 @@ type Pool struct {
 	free  map[string]Resources
 	now   map[string]Resources
 	elig  map[string]map[string]bool // shape -> node -> eligible
+	cost  map[string]int64           // node -> accelerator cost per device
 }
 
 // NewPool builds a pool over src. kept may be nil.
@@ -136,31 +137,45 @@ func (p *Pool) freeNow(name string) Resources {
 
 // Eligible reports whether the pod may run on the node at all (see Eligible), computed
 // once per pod shape and node.
-func (p *Pool) Eligible(pod *corev1.Pod, name string) bool {
-	if p.excluded[name] {
-		return false
-	}
+func (p *Pool) Eligible(pod *corev1.Pod, name string) bool { return p.eligibleFor(pod)(name) }
+
+// eligibleFor is Eligible for one pod over many nodes: the pod's shape and its cache are
+// looked up once, not once per node (a group's plan asks it of every node for every pod).
+func (p *Pool) eligibleFor(pod *corev1.Pod) func(name string) bool {
 	shape := shapeOf(pod)
 	m := p.elig[shape]
 	if m == nil {
 		m = map[string]bool{}
 		p.elig[shape] = m
 	}
-	ok, seen := m[name]
-	if !seen {
-		ok = Eligible(pod, p.src.Node(name), p.acc)
-		m[name] = ok
+	return func(name string) bool {
+		if p.excluded[name] {
+			return false
+		}
+		ok, seen := m[name]
+		if !seen {
+			ok = Eligible(pod, p.src.Node(name), p.acc)
+			m[name] = ok
+		}
+		return ok
 	}
-	return ok
 }
 
-// Cost is the node's accelerator class cost per device.
+// Cost is the node's accelerator class cost per device (read from its labels once per
+// planning).
 func (p *Pool) Cost(name string) int64 {
-	n := p.src.Node(name)
-	if n == nil {
-		return 0
+	if c, ok := p.cost[name]; ok {
+		return c
 	}
-	return p.acc.Cost(n)
+	var c int64
+	if n := p.src.Node(name); n != nil {
+		c = p.acc.Cost(n)
+	}
+	if p.cost == nil {
+		p.cost = map[string]int64{}
+	}
+	p.cost[name] = c
+	return c
 }
 
 // snapshotSource reads the scheduling cycle's snapshot.

@@ -33,6 +33,11 @@ type Simulation struct {
 	got       map[types.UID]*podDevices
 	chosen    *podDevices
 	claimErr  error
+
+	// changed logs every node a placement was added to or taken from, in order; ranks
+	// are BestNode's rankings kept for pods of one kind (see rankFor).
+	changed []string
+	ranks   map[rankKey]*ranking
 }
 
 // Simulate starts an empty simulation on the pool.
@@ -116,6 +121,7 @@ func (s *Simulation) takeDevices(pod *corev1.Pod, node string, d *podDevices) {
 	if d == nil {
 		return
 	}
+	s.changed = append(s.changed, node)
 	t := s.taken[node]
 	if t == nil {
 		t = sets.New[structured.DeviceID]()
@@ -133,6 +139,7 @@ func (s *Simulation) giveDevices(pod *corev1.Pod, node string) {
 	if d == nil {
 		return
 	}
+	s.changed = append(s.changed, node)
 	s.taken[node].Delete(d.devices...)
 	for uid := range d.claims {
 		delete(s.simClaims, uid)
@@ -154,6 +161,7 @@ func (s *Simulation) Fits(node string, req Resources) bool {
 }
 
 func (s *Simulation) take(node string, req Resources) {
+	s.changed = append(s.changed, node)
 	u := s.used[node]
 	if u == nil {
 		u = Resources{}
@@ -162,7 +170,10 @@ func (s *Simulation) take(node string, req Resources) {
 	addTo(u, req, 1)
 }
 
-func (s *Simulation) give(node string, req Resources) { addTo(s.used[node], req, -1) }
+func (s *Simulation) give(node string, req Resources) {
+	s.changed = append(s.changed, node)
+	addTo(s.used[node], req, -1)
+}
 
 // Leftover ranks placements. With the same wait (only a reservation waits), the cheapest
 // accelerator class first (as the accelerator plugin scores), then the tightest fit, so
@@ -234,23 +245,29 @@ func (s *Simulation) BestNode(pod *corev1.Pod, req Resources, nodes []string) st
 	}
 	s.chosen = nil
 	dra := HasClaims(pod) && s.pool.devices() != nil
+	eligible := s.pool.eligibleFor(pod)
 	if !asksForDevices(req) && !s.pool.asIfEmpty && !dra {
 		// Next fit: every such node is as good as another to the accelerator score.
 		n := len(nodes)
 		start := s.cursor % n
 		for k := 0; k < n; k++ {
 			node := nodes[(start+k)%n]
-			if s.Fits(node, req) && s.pool.Eligible(pod, node) {
+			if s.Fits(node, req) && eligible(node) {
 				s.cursor = (start + k) % n
 				return node
 			}
 		}
 		return ""
 	}
+	if !dra {
+		// Without claims the ranking depends only on the pod's kind and the nodes' state:
+		// kept for the next pod of the kind, only the nodes changed since are ranked again.
+		return s.rankFor(pod, eligible, req, nodes).best(s, pod, eligible, req)
+	}
 	best, bestLeft := "", Leftover{}
 	var bestDevices *podDevices
 	for _, node := range nodes {
-		l, got, ok := s.leftover(pod, req, node)
+		l, got, ok := s.leftover(pod, eligible, req, node)
 		if !ok {
 			continue
 		}
@@ -264,8 +281,8 @@ func (s *Simulation) BestNode(pod *corev1.Pod, req Resources, nodes []string) st
 
 // leftover ranks the node for the pod after the simulation's placements, with the devices
 // its claims would get there; ok=false when the pod does not fit the node.
-func (s *Simulation) leftover(pod *corev1.Pod, req Resources, node string) (Leftover, *podDevices, bool) {
-	if !s.Fits(node, req) || !s.pool.Eligible(pod, node) {
+func (s *Simulation) leftover(pod *corev1.Pod, eligible func(string) bool, req Resources, node string) (Leftover, *podDevices, bool) {
+	if !s.Fits(node, req) || !eligible(node) {
 		return Leftover{}, nil, false
 	}
 	got, ok := s.fitDevices(pod, node)
@@ -345,8 +362,9 @@ func (s *Simulation) candidates(pod *corev1.Pod, req Resources, nodes []string) 
 		l    Leftover
 	}
 	var cs []cand
+	eligible := s.pool.eligibleFor(pod)
 	for _, node := range nodes {
-		if l, _, ok := s.leftover(pod, req, node); ok {
+		if l, _, ok := s.leftover(pod, eligible, req, node); ok {
 			cs = append(cs, cand{node, l})
 		}
 	}

@@ -97,7 +97,7 @@ func PlanOn(sim *Simulation, chooser DomainChooser, pg *volcanov1beta1.PodGroup,
 
 // placeOn places the pod on node, its claims' devices included, when it fits.
 func (s *Simulation) placeOn(pod *corev1.Pod, req Resources, node string) bool {
-	_, got, ok := s.leftover(pod, req, node)
+	_, got, ok := s.leftover(pod, s.pool.eligibleFor(pod), req, node)
 	if !ok {
 		return false
 	}
