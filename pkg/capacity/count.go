@@ -7,6 +7,7 @@
 package capacity
 
 import (
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +49,10 @@ type Counter struct {
 	// present are the role replicas (role-id labels) of each ServingGroup that have a pod,
 	// placed or not.
 	present map[types.NamespacedName]map[string]bool
+	// alike are the counts made so far, by alikeKey: a hundred ModelServings of one
+	// template are counted once (bench/scalebench's fill spent more of berth-scheduler's
+	// CPU counting than scheduling).
+	alike map[string]fitsCount
 }
 
 // NewCounter builds the free capacity of c: each schedulable node's allocatable less what
@@ -139,6 +144,58 @@ func (c *Counter) Fits(ms *workloadv1alpha1.ModelServing, limit int) int {
 	if len(ms.Spec.Template.Roles) == 0 {
 		return 0
 	}
+	key, shared := alikeKey(ms)
+	if shared {
+		if f, ok := c.alike[key]; ok && (f.n < f.limit || limit <= f.limit) {
+			return min(f.n, limit)
+		}
+	}
+	n := c.fits(ms, limit)
+	if shared {
+		if c.alike == nil {
+			c.alike = map[string]fitsCount{}
+		}
+		c.alike[key] = fitsCount{n: n, limit: limit}
+	}
+	return n
+}
+
+// fitsCount is a count Fits made, and the limit it was made under.
+type fitsCount struct{ n, limit int }
+
+// alikeKey says which ModelServings Fits counts alike: those of one namespace whose specs
+// (but for replicas), labels and annotations (but for the counts' own) are the same build
+// the same would-be groups, so one count is theirs. A ModelServing with topology spread
+// constraints is judged against its own groups and is not shared (shared false).
+func alikeKey(ms *workloadv1alpha1.ModelServing) (string, bool) {
+	if len(ms.Spec.TopologySpreadConstraints) > 0 {
+		return "", false
+	}
+	spec := ms.Spec
+	spec.Replicas = nil
+	annotations := make(map[string]string, len(ms.Annotations))
+	for k, v := range ms.Annotations {
+		switch k {
+		case workloadv1alpha1.GroupsThatFitAnnotation, workloadv1alpha1.GroupsThatFitUntilAnnotation,
+			workloadv1alpha1.GroupsThatFitReplicasAnnotation, workloadv1alpha1.RoleReplicasThatFitAnnotation:
+			continue
+		}
+		annotations[k] = v
+	}
+	b, err := json.Marshal(struct {
+		Namespace   string
+		Spec        workloadv1alpha1.ModelServingSpec
+		Labels      map[string]string
+		Annotations map[string]string
+	}{ms.Namespace, spec, ms.Labels, annotations})
+	if err != nil {
+		return "", false
+	}
+	return string(b), true
+}
+
+// fits is Fits without sharing.
+func (c *Counter) fits(ms *workloadv1alpha1.ModelServing, limit int) int {
 	sim := c.base
 	n := 0
 	for n < limit {

@@ -163,3 +163,31 @@ func BenchmarkRoleCounts(b *testing.B) {
 		roleCounts(NewCounter(Cluster{Nodes: nodes, Pods: pods}), ms, DefaultLimit)
 	}
 }
+
+// ModelServings of one template in one namespace are counted once a round; the shared
+// count must be what each would get alone, including when a later one asks a higher
+// limit than the count was made under, or differs in what builds its pods.
+func TestAlikeModelServingsShareTheirCount(t *testing.T) {
+	nodes := []*corev1.Node{node("h100-0", "H100"), node("h100-1", "H100")}
+	alone := func(ms *workloadv1alpha1.ModelServing, limit int) int {
+		return NewCounter(Cluster{Nodes: nodes}).Fits(ms, limit)
+	}
+	c := NewCounter(Cluster{Nodes: nodes})
+	a, b := servingOn("a", "H100", 2, 1, 1), servingOn("b", "H100", 2, 1, 3) // only replicas differ
+	assert.Equal(t, 2, c.Fits(a, 2), "capped at 2")
+	assert.Equal(t, alone(b, DefaultLimit), c.Fits(b, DefaultLimit), "a higher limit than the shared count's is counted again")
+	assert.Equal(t, 4, c.Fits(b, DefaultLimit))
+	assert.Equal(t, 4, c.Fits(a, DefaultLimit))
+	assert.Len(t, c.alike, 1, "a and b share one count")
+
+	other := servingOn("c", "H100", 4, 1, 1) // other requests
+	assert.Equal(t, alone(other, DefaultLimit), c.Fits(other, DefaultLimit))
+	assert.Equal(t, 2, c.Fits(other, DefaultLimit))
+	elsewhere := servingOn("d", "H100", 2, 1, 1)
+	elsewhere.Namespace = "other"
+	c.Fits(elsewhere, DefaultLimit)
+	spread := servingOn("e", "H100", 2, 1, 1)
+	spread.Spec.TopologySpreadConstraints = []workloadv1alpha1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone"}}
+	assert.Equal(t, alone(spread, DefaultLimit), c.Fits(spread, DefaultLimit))
+	assert.Len(t, c.alike, 3, "another template and another namespace count on their own; a spread ModelServing is not shared")
+}
