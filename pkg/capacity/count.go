@@ -164,15 +164,30 @@ func (c *Counter) Fits(ms *workloadv1alpha1.ModelServing, limit int) int {
 type fitsCount struct{ n, limit int }
 
 // alikeKey says which ModelServings Fits counts alike: those of one namespace whose specs
-// (but for replicas), labels and annotations (but for the counts' own) are the same build
+// (but for replicas and images), labels and annotations (but for the counts' own) are the same build
 // the same would-be groups, so one count is theirs. A ModelServing with topology spread
 // constraints is judged against its own groups and is not shared (shared false).
 func alikeKey(ms *workloadv1alpha1.ModelServing) (string, bool) {
 	if len(ms.Spec.TopologySpreadConstraints) > 0 {
 		return "", false
 	}
-	spec := ms.Spec
+	spec := *ms.Spec.DeepCopy()
 	spec.Replicas = nil
+	// Images do not place a pod (a rollout changes nothing the count reads).
+	for i := range spec.Template.Roles {
+		r := &spec.Template.Roles[i]
+		for _, t := range []*workloadv1alpha1.PodTemplateSpec{&r.EntryTemplate, r.WorkerTemplate} {
+			if t == nil {
+				continue
+			}
+			for j := range t.Spec.Containers {
+				t.Spec.Containers[j].Image = ""
+			}
+			for j := range t.Spec.InitContainers {
+				t.Spec.InitContainers[j].Image = ""
+			}
+		}
+	}
 	annotations := make(map[string]string, len(ms.Annotations))
 	for k, v := range ms.Annotations {
 		switch k {

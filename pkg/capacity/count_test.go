@@ -173,7 +173,8 @@ func TestAlikeModelServingsShareTheirCount(t *testing.T) {
 		return NewCounter(Cluster{Nodes: nodes}).Fits(ms, limit)
 	}
 	c := NewCounter(Cluster{Nodes: nodes})
-	a, b := servingOn("a", "H100", 2, 1, 1), servingOn("b", "H100", 2, 1, 3) // only replicas differ
+	a, b := servingOn("a", "H100", 2, 1, 1), servingOn("b", "H100", 2, 1, 3) // replicas and images differ
+	b.Spec.Template.Roles[0].EntryTemplate.Spec.Containers[0].Image = "vllm:v2"
 	assert.Equal(t, 2, c.Fits(a, 2), "capped at 2")
 	assert.Equal(t, alone(b, DefaultLimit), c.Fits(b, DefaultLimit), "a higher limit than the shared count's is counted again")
 	assert.Equal(t, 4, c.Fits(b, DefaultLimit))
