@@ -48,6 +48,9 @@ func (h *leftoverHeap) Pop() any {
 
 var rankSeed = maphash.MakeSeed()
 
+// keptRankings is how many rankings a simulation keeps, the most recent.
+const keptRankings = 4
+
 func newRankKey(pod *corev1.Pod, req Resources, nodes []string) rankKey {
 	var h maphash.Hash
 	h.SetSeed(rankSeed)
@@ -70,15 +73,21 @@ func newRankKey(pod *corev1.Pod, req Resources, nodes []string) rankKey {
 	return rankKey{shape: shapeOf(pod), req: string(r), nodes: h.Sum64()}
 }
 
-// rankFor is the simulation's ranking for pods of pod's kind over nodes, made now when
-// there is none or when so many nodes changed since that ranking them again one by one
-// would cost more than a fresh scan.
-func (s *Simulation) rankFor(pod *corev1.Pod, eligible func(string) bool, req Resources, nodes []string) *ranking {
+// rankFor is the simulation's ranking for pods of pod's kind over nodes. One is made when
+// there is none (or so many nodes changed since that ranking them again one by one would
+// cost more than a fresh scan) and more pods of the kind follow (more), or one was kept
+// for the kind before: a pod of a kind placed once is better served by a plain scan. nil:
+// no ranking, scan.
+func (s *Simulation) rankFor(pod *corev1.Pod, eligible func(string) bool, req Resources, nodes []string, more bool) *ranking {
 	key := newRankKey(pod, req, nodes)
-	if r := s.ranks[key]; r != nil && len(s.changed)-r.at <= len(nodes)/8 {
+	r := s.ranks[key]
+	if r != nil && len(s.changed)-r.at <= len(nodes)/8 {
 		return r
 	}
-	r := &ranking{member: make(map[string]bool, len(nodes)), at: len(s.changed)}
+	if r == nil && !more {
+		return nil
+	}
+	r = &ranking{member: make(map[string]bool, len(nodes)), at: len(s.changed)}
 	for _, node := range nodes {
 		r.member[node] = true
 		if l, _, ok := s.leftover(pod, eligible, req, node); ok {
@@ -88,6 +97,17 @@ func (s *Simulation) rankFor(pod *corev1.Pod, eligible func(string) bool, req Re
 	heap.Init(&r.order)
 	if s.ranks == nil {
 		s.ranks = map[rankKey]*ranking{}
+	}
+	if _, ok := s.ranks[key]; !ok {
+		// Only the last few kinds are kept: a ranking serves the pods placed right after
+		// it (a unit's workers after its entry), and one simulation may place pods of many
+		// kinds one at a time (the capacity count's pending pods), each ranking as large as
+		// the node list.
+		if len(s.rankKeys) == keptRankings {
+			delete(s.ranks, s.rankKeys[0])
+			s.rankKeys = s.rankKeys[1:]
+		}
+		s.rankKeys = append(s.rankKeys, key)
 	}
 	s.ranks[key] = r
 	return r

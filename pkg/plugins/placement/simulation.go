@@ -36,8 +36,9 @@ type Simulation struct {
 
 	// changed logs every node a placement was added to or taken from, in order; ranks
 	// are BestNode's rankings kept for pods of one kind (see rankFor).
-	changed []string
-	ranks   map[rankKey]*ranking
+	changed  []string
+	ranks    map[rankKey]*ranking
+	rankKeys []rankKey // ranks' keys, oldest first
 }
 
 // Simulate starts an empty simulation on the pool.
@@ -240,6 +241,12 @@ func asksForDevices(req Resources) bool {
 
 // BestNode is where the scheduler would put the pod among nodes, or "" when none fits.
 func (s *Simulation) BestNode(pod *corev1.Pod, req Resources, nodes []string) string {
+	return s.bestNode(pod, req, nodes, false)
+}
+
+// bestNode is BestNode; more says that another pod of the same kind is placed next on the
+// same nodes, so a ranking kept for it pays.
+func (s *Simulation) bestNode(pod *corev1.Pod, req Resources, nodes []string, more bool) string {
 	if len(nodes) == 0 {
 		return ""
 	}
@@ -262,7 +269,9 @@ func (s *Simulation) BestNode(pod *corev1.Pod, req Resources, nodes []string) st
 	if !dra {
 		// Without claims the ranking depends only on the pod's kind and the nodes' state:
 		// kept for the next pod of the kind, only the nodes changed since are ranked again.
-		return s.rankFor(pod, eligible, req, nodes).best(s, pod, eligible, req)
+		if r := s.rankFor(pod, eligible, req, nodes, more); r != nil {
+			return r.best(s, pod, eligible, req)
+		}
 	}
 	best, bestLeft := "", Leftover{}
 	var bestDevices *podDevices
@@ -309,11 +318,27 @@ func (s *Simulation) leftover(pod *corev1.Pod, eligible func(string) bool, req R
 	return l, got, true
 }
 
+func sameResources(a, b Resources) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
 // PlaceUnit places every pod of a unit on nodes, or none; it returns each pod's node.
 func (s *Simulation) PlaceUnit(pods []*corev1.Pod, reqs []Resources, nodes []string) ([]string, bool) {
 	took := make([]string, 0, len(pods))
 	for i, p := range pods {
-		n := s.BestNode(p, reqs[i], nodes)
+		more := false
+		for j := i + 1; j < len(pods) && !more; j++ {
+			more = shapeOf(pods[j]) == shapeOf(p) && sameResources(reqs[j], reqs[i])
+		}
+		n := s.bestNode(p, reqs[i], nodes, more)
 		if n == "" {
 			for j, t := range took {
 				s.give(t, reqs[j])
