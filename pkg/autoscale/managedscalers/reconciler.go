@@ -14,6 +14,7 @@ package managedscalers
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -128,23 +129,11 @@ func managedPredicate() predicate.Predicate {
 			}
 			// Status writes by the HPA controller every 15 s change nothing declared here.
 			return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
-				!equalMaps(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()) ||
-				!equalMaps(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
+				!maps.Equal(e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()) ||
+				!maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
 				e.ObjectOld.GetDeletionTimestamp() != e.ObjectNew.GetDeletionTimestamp()
 		},
 	}
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func (r *Reconciler) reconcileHPA(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

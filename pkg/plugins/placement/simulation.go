@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"maps"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -318,25 +319,13 @@ func (s *Simulation) leftover(pod *corev1.Pod, eligible func(string) bool, req R
 	return l, got, true
 }
 
-func sameResources(a, b Resources) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
 // PlaceUnit places every pod of a unit on nodes, or none; it returns each pod's node.
 func (s *Simulation) PlaceUnit(pods []*corev1.Pod, reqs []Resources, nodes []string) ([]string, bool) {
 	took := make([]string, 0, len(pods))
 	for i, p := range pods {
 		more := false
 		for j := i + 1; j < len(pods) && !more; j++ {
-			more = shapeOf(pods[j]) == shapeOf(p) && sameResources(reqs[j], reqs[i])
+			more = shapeOf(pods[j]) == shapeOf(p) && maps.Equal(reqs[j], reqs[i])
 		}
 		n := s.bestNode(p, reqs[i], nodes, more)
 		if n == "" {
