@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 )
 
 // podCounts follows the benchmark namespace's pods through an informer in the parent
@@ -28,7 +29,7 @@ func watchPods(ctx context.Context, kube kubernetes.Interface) (*podCounts, erro
 	set := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok {
 			pc.mu.Lock()
-			pc.state[p.Name] = podState{bound: p.Spec.NodeName != "", ready: podReady(p)}
+			pc.state[p.Name] = podState{bound: p.Spec.NodeName != "", ready: podutil.IsPodReady(p)}
 			pc.mu.Unlock()
 		}
 	}
@@ -71,13 +72,4 @@ func (pc *podCounts) counts() (pods, bound, ready int) {
 		}
 	}
 	return pods, bound, ready
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -79,6 +79,9 @@ func newRankKey(pod *corev1.Pod, req Resources, nodes []string) rankKey {
 // for the kind before: a pod of a kind placed once is better served by a plain scan. nil:
 // no ranking, scan.
 func (s *Simulation) rankFor(pod *corev1.Pod, eligible func(string) bool, req Resources, nodes []string, more bool) *ranking {
+	if !more && len(s.ranks) == 0 {
+		return nil // nothing kept and nothing to keep: no key to hash
+	}
 	key := newRankKey(pod, req, nodes)
 	r := s.ranks[key]
 	if r != nil && len(s.changed)-r.at <= len(nodes)/8 {

@@ -322,10 +322,16 @@ func (s *Simulation) leftover(pod *corev1.Pod, eligible func(string) bool, req R
 // PlaceUnit places every pod of a unit on nodes, or none; it returns each pod's node.
 func (s *Simulation) PlaceUnit(pods []*corev1.Pod, reqs []Resources, nodes []string) ([]string, bool) {
 	took := make([]string, 0, len(pods))
+	shapes := make([]string, len(pods))
 	for i, p := range pods {
+		shapes[i] = shapeOf(p)
+	}
+	for i, p := range pods {
+		// Whether another pod of the kind follows (a unit's workers follow their entry;
+		// the scan stops at the first alike).
 		more := false
 		for j := i + 1; j < len(pods) && !more; j++ {
-			more = shapeOf(pods[j]) == shapeOf(p) && maps.Equal(reqs[j], reqs[i])
+			more = shapes[j] == shapes[i] && maps.Equal(reqs[j], reqs[i])
 		}
 		n := s.bestNode(p, reqs[i], nodes, more)
 		if n == "" {
