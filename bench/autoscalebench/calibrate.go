@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/berth-sh/berth/bench/internal/figure"
 	"github.com/berth-sh/berth/internal/quantile"
 )
 
@@ -29,6 +31,8 @@ func calibrate(ctx context.Context, o options, rc runConfig, log *os.File) (*res
 	e := rc.ecfg
 	fmt.Fprintf(&b, "One replica (max batch %d, prefill %s/token, decode step %s + %s/sequence), prompts %d–%d tokens log-uniform, %d–%d out; 3 simulated minutes per rate, TimeScale %g, SLO TTFT ≤ %s.\n\n",
 		e.MaxBatch, e.PrefillPerToken, e.DecodeBase, e.DecodePerSeq, o.promptMin, o.promptMax, o.outMin, o.outMax, rc.timeScale, rc.slo)
+	c := &calibration{table: figure.NewTable("requests_per_second", "ttft_p50_seconds", "ttft_p90_seconds", "ttft_p99_seconds",
+		"seconds_over_slo", "seconds", "running_mean", "running_p90", "waiting_mean", "cpu_cores"), slo: rc.slo}
 	b.WriteString("| requests/s | TTFT p50 s | TTFT p90 s | TTFT p99 s | seconds over SLO | running mean | running p90 | waiting mean | CPU cores |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, rate := range rates {
 		tc := o.traceConfig()
@@ -46,11 +50,43 @@ func calibrate(ctx context.Context, o options, rc runConfig, log *os.File) (*res
 		}
 		fmt.Fprintf(&b, "| %.2f | %s | %s | %s | %d of %d | %.1f | %d | %.1f | %.2f |\n", rate, secs(s.p50), secs(s.p90), secs(s.p99),
 			s.violationSeconds, int(tc.length.Seconds()), mean(running), quantile.Of(running, 0.9), mean(waiting), s.cpuCores)
+		c.table.Add(rate, s.p50, s.p90, s.p99, s.violationSeconds, int(tc.length.Seconds()), mean(running), quantile.Of(running, 0.9), mean(waiting), s.cpuCores)
+		c.rates = append(c.rates, rate)
+		c.p50, c.p90, c.p99 = append(c.p50, s.p50.Seconds()), append(c.p90, s.p90.Seconds()), append(c.p99, s.p99.Seconds())
 		if log != nil {
 			fmt.Fprintf(log, "%s rate %.2f done\n", time.Now().Format("15:04:05"), rate)
 		}
 	}
-	return &result{text: b.String()}, nil
+	return &result{text: b.String(), calibration: c}, nil
+}
+
+// calibration is what -calibrate measured per rate, for its figure.
+type calibration struct {
+	table         *figure.Table
+	slo           time.Duration
+	rates         []float64
+	p50, p90, p99 []float64 // seconds
+}
+
+// write writes calibrate.svg (TTFT quantiles against the request rate, beside the SLO)
+// and calibrate.csv (the table's numbers) into dir.
+func (c *calibration) write(dir string) error {
+	slo := figure.Series{Name: "SLO", X: []float64{c.rates[0], c.rates[len(c.rates)-1]}, Y: []float64{c.slo.Seconds(), c.slo.Seconds()}}
+	if err := figure.Save(filepath.Join(dir, "calibrate.svg"), figure.Line{
+		Title:  "One replica: TTFT against the request rate it is sent",
+		XLabel: "requests per simulated second",
+		YLabel: "TTFT, seconds (log scale)",
+		LogY:   true,
+		Series: []figure.Series{
+			{Name: "p50", X: c.rates, Y: c.p50},
+			{Name: "p90", X: c.rates, Y: c.p90},
+			{Name: "p99", X: c.rates, Y: c.p99},
+			slo,
+		},
+	}); err != nil {
+		return err
+	}
+	return c.table.WriteFile(filepath.Join(dir, "calibrate.csv"))
 }
 
 func mean(xs []int) float64 {

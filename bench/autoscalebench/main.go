@@ -169,6 +169,12 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	if o.figures != "" && report.calibration != nil {
+		if err := report.calibration.write(o.figures); err != nil {
+			fmt.Fprintln(os.Stderr, "autoscalebench:", err)
+			os.Exit(1)
+		}
+	}
 	if o.out != "" {
 		header := fmt.Sprintf("Command: `go run ./bench/autoscalebench %s`\n\n", strings.Join(os.Args[1:], " "))
 		if err := os.WriteFile(o.out, []byte(header+report.text), 0o644); err != nil {
@@ -233,11 +239,12 @@ func (o options) runConfig() (runConfig, error) {
 
 // result is a whole benchmark's report and figures.
 type result struct {
-	text    string
-	trace   *trace
-	byRun   [][]summary // per run, berth then hpa (then hpa-model, then the static reference)
-	ratios  []float64   // per run: violation seconds berth/hpa
-	rsRatio []float64   // per run: replica-seconds berth/hpa
+	text        string
+	calibration *calibration // -calibrate's measurements
+	trace       *trace
+	byRun       [][]summary // per run, berth then hpa (then hpa-model, then the static reference)
+	ratios      []float64   // per run: violation seconds berth/hpa
+	rsRatio     []float64   // per run: replica-seconds berth/hpa
 }
 
 // run is the benchmark: -runs replays of the trace with each autoscaler, the order

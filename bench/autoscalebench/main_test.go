@@ -146,6 +146,45 @@ func TestQuickRun(t *testing.T) {
 	t.Logf("\n%s", res.text)
 }
 
+// TestCalibrateSmall loads one replica at two rates: the TTFT grows with the rate, and the
+// table, figure and CSV have a row per rate.
+func TestCalibrateSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays two 3-minute loads at TimeScale 0.05 (about 20 s); runs in make test, which does not pass -short")
+	}
+	o := defaultOptions()
+	o.calibrate = "0.5,3"
+	o.port = 18102
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := run(ctx, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", res.text)
+	c := res.calibration
+	if c == nil || len(c.rates) != 2 {
+		t.Fatalf("calibration: %+v, want two rates", c)
+	}
+	if c.p90[1] <= c.p90[0] {
+		t.Errorf("TTFT p90 %.2f s at 0.5 requests/s and %.2f s at 3: a replica loaded past its batch is not slower", c.p90[0], c.p90[1])
+	}
+	if strings.Count(res.text, "\n| ") != 3 {
+		t.Errorf("the table has not a header and two rows:\n%s", res.text)
+	}
+	dir := t.TempDir()
+	if err := c.write(dir); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "calibrate.csv"))
+	if err != nil || strings.Count(string(raw), "\n") != 3 {
+		t.Errorf("calibrate.csv (%v):\n%s", err, raw)
+	}
+	if svg, err := os.ReadFile(filepath.Join(dir, "calibrate.svg")); err != nil || !strings.Contains(string(svg), "p99") {
+		t.Errorf("calibrate.svg has no p99 line (%v)", err)
+	}
+}
+
 // The HPA gets Berth's policy in real seconds, and a time scale that cannot say it in whole
 // seconds is refused before anything runs.
 func TestHPASpecIsBerthsPolicy(t *testing.T) {

@@ -327,8 +327,8 @@ type contentionResult struct {
 }
 
 // contention runs the contention workload for every pool size, runs times per mode, and
-// returns its markdown table.
-func (b *bench) contention(ctx context.Context, c contentionOptions, modes []mode, runs int) (string, error) {
+// returns its markdown table and every run's figures.
+func (b *bench) contention(ctx context.Context, c contentionOptions, modes []mode, runs int) (string, *contentionFigures, error) {
 	var cm []mode
 	for _, m := range modes {
 		if m.gangs() {
@@ -336,8 +336,9 @@ func (b *bench) contention(ctx context.Context, c contentionOptions, modes []mod
 		}
 	}
 	if len(cm) == 0 {
-		return "", fmt.Errorf("contention: needs mode native or berth (%s and %s have no gangs)", berthNoGang, defaultNoGang)
+		return "", nil, fmt.Errorf("contention: needs mode native or berth (%s and %s have no gangs)", berthNoGang, defaultNoGang)
 	}
+	figs := &contentionFigures{sizes: c.sizes, modes: cm, results: map[int]map[mode][]contentionResult{}}
 	var rows []string
 	for _, n := range c.sizes {
 		poolGPUs := int64(n * gpusPerNode)
@@ -353,14 +354,14 @@ func (b *bench) contention(ctx context.Context, c contentionOptions, modes []mod
 		fmt.Fprintf(os.Stderr, "contention: pool of %d nodes (%d GPUs); seed %d: %d gangs, %d pods asking %d GPUs (their minimums %d) over %s\n",
 			n, poolGPUs, c.seed, len(stream), pods, gpus, minGPUs, duration)
 		if err := b.createPool(ctx, n); err != nil {
-			return "", err
+			return "", nil, err
 		}
 		results := map[mode][]contentionResult{}
 		for r := 0; r < runs; r++ {
 			for _, m := range rotate(cm, r) {
 				res, err := b.contend(ctx, c, n, stream, m)
 				if err != nil {
-					return "", err
+					return "", nil, err
 				}
 				results[m] = append(results[m], res)
 				fmt.Fprintf(os.Stderr, "contention %d nodes run %d/%d %-6s util stop %5.1f%% settled %5.1f%%, minimum placed %d/%d, partial %d (by pod count %d; %d groups partly bound for a moment, longest %s before the minimum completed), settle %s%s, starved %d, reserved %d GPUs for %d groups, %d/%d pods bound, took %s\n",
@@ -370,8 +371,9 @@ func (b *bench) contention(ctx context.Context, c contentionOptions, modes []mod
 			}
 		}
 		if err := b.deletePool(ctx); err != nil {
-			return "", err
+			return "", nil, err
 		}
+		figs.results[n] = results
 		nativeUtil := quantile.Median(field(results[native], func(r contentionResult) float64 { return r.utilSettled }))
 		for _, m := range cm {
 			rows = append(rows, contentionRow(n, m, len(stream), pods, gpus, results[m], nativeUtil))
@@ -396,7 +398,7 @@ func (b *bench) contention(ctx context.Context, c contentionOptions, modes []mod
 		"- starved: groups without their minimum whose missing minimum pods would fit the pool's free GPUs at the end (first-fit-decreasing over role replicas), " +
 		"after subtracting capacity berth reserves (`" + reservationKey + "`) and not counting the group it is reserved for; " +
 		"the reservation is trusted only when one group holds it and it keeps no more GPUs than that group's minimum misses.\n"
-	return header + table + notes, nil
+	return header + table + notes, figs, nil
 }
 
 func field(rs []contentionResult, f func(contentionResult) float64) []float64 {

@@ -87,6 +87,59 @@ func TestSmallRunOfEveryMode(t *testing.T) {
 	if len(rows) != 1+len(allModes) {
 		t.Errorf("throughput.csv has %d rows, want a header and one per mode: %v", len(rows), rows)
 	}
+
+	// The contention and preemption workloads, in small: both gang modes run, and their
+	// tables, figures and CSVs have a row for each.
+	c := contentionOptions{sizes: []int{4}, seed: 1, demand: 2, perNode: 250 * time.Millisecond,
+		quiet: 2 * time.Second, settleCap: 20 * time.Second, partialWindow: 2 * time.Second}
+	ctable, cfigs, err := b.contention(ctx, c, allModes, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + ctable)
+	ptable, pfigs, err := b.preemption(ctx, preemptionOptions{sizes: []int{4}, share: 0.25, seed: 1, timeout: time.Minute}, allModes, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + ptable)
+	for _, table := range []string{ctable, ptable} {
+		for _, m := range []mode{native, berth} {
+			if !strings.Contains(table, "| 4 × 8 GPUs | "+string(m)+" |") {
+				t.Errorf("no %s row for the 4-node pool in:\n%s", m, table)
+			}
+		}
+	}
+	if err := cfigs.write(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := pfigs.write(dir); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]int{"contention.csv": 3, "preemption.csv": 3} {
+		f, err := os.Open(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(f).ReadAll()
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != want {
+			t.Errorf("%s has %d rows, want a header and one run per gang mode: %v", file, len(rows), rows)
+		}
+	}
+	for _, file := range []string{"contention.svg", "preemption.svg", "preemption-evicted.svg"} {
+		svg, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []mode{native, berth} {
+			if !strings.Contains(string(svg), string(m)) {
+				t.Errorf("%s has no bar labelled %s", file, m)
+			}
+		}
+	}
 }
 
 func TestModesRefuseTheOldCeilingName(t *testing.T) {

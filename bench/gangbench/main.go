@@ -204,16 +204,22 @@ func main() {
 	if runContention {
 		fmt.Fprintf(os.Stderr, "contention: %d CPU nodes beside the GPU pool\n", c.otherNodes)
 		must(b.ensureCPUNodes(ctx, c.otherNodes))
-		table, err := b.contention(ctx, c, runModes, *runs)
+		table, figs, err := b.contention(ctx, c, runModes, *runs)
 		must(err)
 		tables = append(tables, table)
+		if *figures != "" {
+			must(figs.write(*figures))
+		}
 	}
 
 	if runPreemption {
 		must(b.ensureCPUNodes(ctx, max(b.cpuNodes, 1)))
-		table, err := b.preemption(ctx, po, runModes, *runs)
+		table, figs, err := b.preemption(ctx, po, runModes, *runs)
 		must(err)
 		tables = append(tables, table)
+		if *figures != "" {
+			must(figs.write(*figures))
+		}
 	}
 
 	if len(selected) > 0 {

@@ -82,13 +82,13 @@ type preemptionResult struct {
 	partial int // gangs that lost some pods but kept others
 }
 
-func (b *bench) preemption(ctx context.Context, o preemptionOptions, modes []mode, runs int) (string, error) {
+func (b *bench) preemption(ctx context.Context, o preemptionOptions, modes []mode, runs int) (string, *preemptionFigures, error) {
 	for _, pc := range []schedulingv1.PriorityClass{
 		{ObjectMeta: metav1.ObjectMeta{Name: lowClass}, Value: 100},
 		{ObjectMeta: metav1.ObjectMeta{Name: highClass}, Value: 1000},
 	} {
 		if _, err := b.kube.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return "", err
+			return "", nil, err
 		}
 	}
 	kubelet := sim.NewKubelet(b.kube, 0)
@@ -96,10 +96,16 @@ func (b *bench) preemption(ctx context.Context, o preemptionOptions, modes []mod
 	defer stopKubelet()
 	go kubelet.Run(kctx)
 
+	figs := &preemptionFigures{sizes: o.sizes, fewest: map[int]int{}, results: map[int]map[mode][]preemptionResult{}}
+	for _, m := range modes {
+		if m.gangs() {
+			figs.modes = append(figs.modes, m)
+		}
+	}
 	var rows []string
 	for _, n := range o.sizes {
 		if err := b.createPool(ctx, n); err != nil {
-			return "", err
+			return "", nil, err
 		}
 		victims := victimSizes(o.seed, n)
 		need := max(1, int(o.share*float64(n)))
@@ -112,25 +118,26 @@ func (b *bench) preemption(ctx context.Context, o preemptionOptions, modes []mod
 				}
 				res, err := b.preempt(ctx, victims, need, m, o.timeout)
 				if err != nil {
-					return "", err
+					return "", nil, err
 				}
 				results[m] = append(results[m], res)
 				fmt.Fprintf(os.Stderr, "preemption %d nodes run %d/%d %-6s bound=%v in %s, %d gangs (%d pods) evicted, fewest %d, %d partly\n",
 					n, r+1, runs, m, res.bound, res.elapsed.Round(time.Millisecond), res.evicted, res.pods, fewest, res.partial)
 			}
 		}
+		figs.fewest[n], figs.results[n] = fewest, results
 		for _, m := range modes {
 			if rs := results[m]; len(rs) > 0 {
 				rows = append(rows, preemptionRow(n, len(victims), need, fewest, m, rs))
 			}
 		}
 		if err := b.deletePool(ctx); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	return fmt.Sprintf("Preemption: a pool of N 8-GPU nodes full of low-priority gangs (1-4 whole-node pods each, seed %d), then one high-priority gang of whole-node pods (%.0f%% of the pool). Medians of %s per mode.\n\n", o.seed, 100*o.share, plural(runs, "run")) +
 		"| pool | mode | low gangs | preemptor pods | bound | time to bound | gangs evicted | fewest sufficient | pods evicted | partly evicted gangs |\n" +
-		"|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" + strings.Join(rows, "\n") + "\n", nil
+		"|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" + strings.Join(rows, "\n") + "\n", figs, nil
 }
 
 func preemptionRow(n, gangs, need, fewest int, m mode, rs []preemptionResult) string {

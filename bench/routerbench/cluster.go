@@ -178,6 +178,9 @@ func closeEngines(es []*engine.Server) {
 type routerHandle struct {
 	url  string
 	stop func()
+	// cpuSeconds is the CPU time the router's process has used so far; nil when the
+	// router runs in the benchmark's process (its CPU is then the profile's to split).
+	cpuSeconds func() float64
 }
 
 // startRouter runs a router with the given picking policy and waits until it answers a

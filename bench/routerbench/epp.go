@@ -76,6 +76,7 @@ type eppConfig struct {
 	warm, dur time.Duration
 	quality   qualityConfig
 	csv       string // raw samples, one line per request
+	rec       *recorder
 }
 
 // eppSetup is one picker configuration under test.
@@ -190,6 +191,7 @@ func runEPP(ctx context.Context, c *cluster, cfg eppConfig) (*eppReport, error) 
 			rows = append(rows, sampleRow("latency", s.name, i, samples[0].due, x))
 		}
 		lat[s.name] = o
+		cfg.rec.eppLatency(s.name, samples)
 	}
 
 	// Quality: the quality experiment's shared-prefix workload and engines.
@@ -228,6 +230,7 @@ func runEPP(ctx context.Context, c *cluster, cfg eppConfig) (*eppReport, error) 
 		}
 		progress("  TTFT p50 %.0f ms p90 %.0f ms, prefix hit rate %.0f%%, %d errors", o.ttftP50, o.ttftP90, 100*o.hitRate, o.errs)
 		qual[s.name] = o
+		cfg.rec.eppQuality(s.name, samples, ecfg.TimeScale)
 	}
 
 	if cfg.csv != "" {

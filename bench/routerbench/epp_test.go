@@ -29,7 +29,8 @@ func TestEPPSmall(t *testing.T) {
 	csvPath := filepath.Join(t.TempDir(), "epp.csv")
 	q := qualityConfig{engines: 4, prompts: 8, users: 64, requests: 160, systemTokens: 1000, userTokens: 20, maxTokens: 8,
 		cachePrompts: 4, load: 0.5, realSeconds: 3, runs: 1, seed: 7}
-	r, err := runEPP(ctx, c, eppConfig{inProcess: true, engines: 2, rate: 200, warm: 500 * time.Millisecond, dur: time.Second, csv: csvPath, quality: q})
+	rec := newRecorder()
+	r, err := runEPP(ctx, c, eppConfig{inProcess: true, engines: 2, rate: 200, warm: 500 * time.Millisecond, dur: time.Second, csv: csvPath, quality: q, rec: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +39,9 @@ func TestEPPSmall(t *testing.T) {
 	if len(r.latency) != 1 || len(r.quality) != 2 {
 		t.Fatalf("pickers measured: %d for latency, %d for quality; want berth-router's 1 and 2 (round robin, default scorers)", len(r.latency), len(r.quality))
 	}
+	points := len(cdfPoints([]float64{1}))
+	checkFigures(t, rec, map[string][]string{"epp-decision.svg": {"berth-router"}, "epp-ttft.svg": {"round-robin", "default scorers"}},
+		map[string]int{"epp-decision.csv": 1 + points, "epp-ttft.csv": 1 + 2*points})
 	for name, o := range r.latency {
 		if o.n != 200 || o.errs != 0 {
 			t.Errorf("%s: %d requests, %d errors (first: %v); want 200 picked and served", name, o.n, o.errs, o.firstErr)

@@ -32,6 +32,18 @@ type recorder struct {
 	tenNames []string
 	// The CSVs, a row per sample (tenants: one per request, there are few).
 	overhead, rates, quality, replicas, tenants *figure.Table
+	// P/D pairing: every request's TTFT per pairing; the CSV has every request.
+	pd *cdfSet
+	// Endpoint picker: decision latency and TTFT per picker; the CSVs their quantiles.
+	eppDecision, eppTTFT *cdfSet
+	// Proxy CPU: each run's µs per request of the proxy's own processes, per path.
+	cpu      *figure.Table
+	cpuPaths []string
+	cpuUS    map[string][]float64
+	// Scale-down: each run's outcome per rule, and its TTFT p90 for the bars.
+	scaledown *figure.Table
+	sdP90     map[string][]float64
+	sdRules   []string
 }
 
 func newRecorder() *recorder {
@@ -45,7 +57,30 @@ func newRecorder() *recorder {
 		replicas: figure.NewTable("run", "routers", "requests", "quantile", "ttft_simulated_ms"),
 		tenTTFT:  map[string][]float64{},
 		tenants:  figure.NewTable("configuration", "quiet_ttft_ms"),
+
+		pd:          newCDFSet("pairing", "level_shared", "ttft_simulated_ms"),
+		eppDecision: newCDFSet("picker", "requests", "quantile", "decision_ms"),
+		eppTTFT:     newCDFSet("picker", "requests", "quantile", "ttft_simulated_ms"),
+		scaledown: figure.NewTable("run", "rule", "removed", "ttft_p50_simulated_ms", "ttft_p90_simulated_ms", "ttft_p99_simulated_ms",
+			"prefix_hit_rate_after", "requests", "errors"),
+		sdP90: map[string][]float64{},
+		cpu:   figure.NewTable("run", "path", "proxy_cpu_us_per_request"),
+		cpuUS: map[string][]float64{},
 	}
+}
+
+// proxyCPU records one path's proxy CPU per request (µs) in one run's closed loop.
+func (r *recorder) proxyCPU(run int, path string, us float64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.cpuUS[path]; !ok {
+		r.cpuPaths = append(r.cpuPaths, path)
+	}
+	r.cpuUS[path] = append(r.cpuUS[path], us)
+	r.cpu.Add(run+1, path, us)
 }
 
 // tenantsRun records every quiet-tenant TTFT (ms) of one tenants configuration.
@@ -173,6 +208,23 @@ func (r *recorder) write(dir string) error {
 			return err
 		}
 	}
+	if len(r.cpuPaths) > 0 {
+		s := figure.BarSeries{Name: "median of the runs"}
+		for _, p := range r.cpuPaths {
+			s.Values = append(s.Values, quantile.Median(r.cpuUS[p]))
+		}
+		if err := figure.Save(filepath.Join(dir, "overhead-cpu.svg"), figure.Bars{
+			Title:      "CPU per request of the proxy's own processes, in the closed loop",
+			YLabel:     "µs per request",
+			Categories: r.cpuPaths,
+			Series:     []figure.BarSeries{s},
+		}); err != nil {
+			return err
+		}
+		if err := r.cpu.WriteFile(filepath.Join(dir, "overhead-cpu.csv")); err != nil {
+			return err
+		}
+	}
 	if len(r.policies) > 0 {
 		var samples []figure.Sample
 		for _, p := range r.policies {
@@ -224,7 +276,7 @@ func (r *recorder) write(dir string) error {
 			return err
 		}
 	}
-	return nil
+	return r.writeMore(dir)
 }
 
 // rateList names the open-loop rate: one rate per path and run, usually a few distinct ones.
@@ -243,4 +295,136 @@ func rateList(rates []float64) string {
 		s += fmt.Sprint(k)
 	}
 	return s + " requests/s"
+}
+
+// cdfSet keeps, per name in the order first seen, every sample behind one CDF figure, and
+// the CSV rows written beside it.
+type cdfSet struct {
+	names []string
+	vals  map[string][]float64
+	tab   *figure.Table
+}
+
+func newCDFSet(header ...string) *cdfSet {
+	return &cdfSet{vals: map[string][]float64{}, tab: figure.NewTable(header...)}
+}
+
+func (s *cdfSet) add(name string, v []float64) {
+	if _, ok := s.vals[name]; !ok {
+		s.names = append(s.names, name)
+	}
+	s.vals[name] = append(s.vals[name], v...)
+}
+
+// addQuantiles adds the samples and, to the CSV, their quantiles (cdfPoints) as rows of
+// name, count, quantile, value.
+func (s *cdfSet) addQuantiles(name string, v []float64) {
+	s.add(name, v)
+	for _, q := range cdfPoints(v) {
+		s.tab.Add(name, len(v), q[0], q[1])
+	}
+}
+
+// save writes the CDF figure and its CSV, if anything was recorded.
+func (s *cdfSet) save(dir, svg, csv, title, xlabel string) error {
+	if len(s.names) == 0 {
+		return nil
+	}
+	var samples []figure.Sample
+	for _, n := range s.names {
+		samples = append(samples, figure.Sample{Name: n, Values: s.vals[n]})
+	}
+	if err := figure.Save(filepath.Join(dir, svg), figure.CDF{Title: title, XLabel: xlabel, LogX: true, Samples: samples}); err != nil {
+		return err
+	}
+	return s.tab.WriteFile(filepath.Join(dir, csv))
+}
+
+// pdRun records one pairing's TTFTs (simulated ms) and every request's row (level shared,
+// TTFT).
+func (r *recorder) pdRun(name string, ttft []float64, rows [][2]string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pd.add(name, ttft)
+	for _, row := range rows {
+		r.pd.tab.Add(name, row[0], row[1])
+	}
+}
+
+// eppLatency records one picker's decision latencies (ms, at the data plane).
+func (r *recorder) eppLatency(picker string, samples []eppSample) {
+	if r == nil {
+		return
+	}
+	v, _, _ := sortedOK(samples, func(x eppSample) float64 { return ms(x.decision) })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.eppDecision.addQuantiles(picker, v)
+}
+
+// eppQuality records one picker's TTFTs on the shared-prefix trace (simulated ms).
+func (r *recorder) eppQuality(picker string, samples []eppSample, scale float64) {
+	if r == nil {
+		return
+	}
+	v, _, _ := sortedOK(samples, func(x eppSample) float64 { return float64(x.ttft) / scale / float64(time.Millisecond) })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.eppTTFT.addQuantiles(picker, v)
+}
+
+// scaledownRun records one rule's outcome in one run.
+func (r *recorder) scaledownRun(run int, rule string, o scaledownOutcome) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.scaledown.Add(run, rule, o.victim, o.p50, o.p90, o.p99, o.hitRate, o.inWindow, o.errs)
+	if _, ok := r.sdP90[rule]; !ok {
+		r.sdRules = append(r.sdRules, rule)
+	}
+	r.sdP90[rule] = append(r.sdP90[rule], o.p90)
+}
+
+// writeMore writes the figures of the later experiments: pdtopology-ttft.svg with
+// pdtopology.csv (every request), epp-decision.svg and epp-ttft.svg with their quantile
+// CSVs, and scaledown-p90.svg (each run's TTFT p90 after the scale-down, per rule) with
+// scaledown-runs.csv.
+func (r *recorder) writeMore(dir string) error {
+	if err := r.pd.save(dir, "pdtopology-ttft.svg", "pdtopology.csv",
+		"Time to first token with prefill/decode pairs chosen by topology or by load alone", "TTFT, simulated ms (log scale)"); err != nil {
+		return err
+	}
+	if err := r.eppDecision.save(dir, "epp-decision.svg", "epp-decision.csv",
+		"Endpoint picker decision latency at the data plane, at a fixed open-loop rate", "decision, ms (log scale)"); err != nil {
+		return err
+	}
+	if err := r.eppTTFT.save(dir, "epp-ttft.svg", "epp-ttft.csv",
+		"Time to first token on the shared-prefix trace through each endpoint picker", "TTFT, simulated ms (log scale)"); err != nil {
+		return err
+	}
+	if len(r.sdRules) == 0 {
+		return nil
+	}
+	var categories []string
+	for i := range r.sdP90[r.sdRules[0]] {
+		categories = append(categories, fmt.Sprintf("run %d", i))
+	}
+	var series []figure.BarSeries
+	for _, rule := range r.sdRules {
+		series = append(series, figure.BarSeries{Name: rule, Values: r.sdP90[rule]})
+	}
+	if err := figure.Save(filepath.Join(dir, "scaledown-p90.svg"), figure.Bars{
+		Title:      "TTFT p90 in the minute after one group is removed, per run and rule",
+		YLabel:     "TTFT p90, simulated ms",
+		Categories: categories,
+		Series:     series,
+	}); err != nil {
+		return err
+	}
+	return r.scaledown.WriteFile(filepath.Join(dir, "scaledown-runs.csv"))
 }

@@ -195,7 +195,7 @@ func main() {
 	}
 	if *doEPP {
 		r, err := runEPP(ctx, c, eppConfig{peer: *eppPeer, inProcess: *inProcess, engines: *eppEngines, rate: *eppRate, warm: *eppWarm, dur: *eppDur,
-			csv: *eppCSV, quality: qcfg})
+			csv: *eppCSV, quality: qcfg, rec: rec})
 		if err != nil {
 			c.stop()
 			must(err)
@@ -216,7 +216,7 @@ func main() {
 	if *doPD {
 		t, err := runPDTopology(ctx, c, pdTopologyConfig{leaves: *pdLeaves, domainsPerLeaf: *pdDomains, nodesPerDomain: *pdNodes,
 			requests: *pdRequests, promptTokens: *pdPrompt, maxTokens: *pdMaxTokens, load: *pdLoad, realSeconds: *pdSeconds,
-			costs: costs, seed: *seed, csv: *pdCSV})
+			costs: costs, seed: *seed, csv: *pdCSV, rec: rec})
 		if err != nil {
 			c.stop()
 			must(err)
@@ -227,7 +227,7 @@ func main() {
 	if *doScaledown {
 		qcfg := qcfg
 		qcfg.skew = *sdSkew
-		t, err := runScaledown(ctx, c, scaledownConfig{quality: qcfg, window: *sdWindow, csv: *sdCSV})
+		t, err := runScaledown(ctx, c, scaledownConfig{quality: qcfg, window: *sdWindow, csv: *sdCSV, rec: rec})
 		if err != nil {
 			c.stop()
 			must(err)

@@ -126,6 +126,12 @@ func (n *nginxProc) cpuSeconds() float64 {
 	if children, err := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children"); err == nil {
 		pids = append(pids, strings.Fields(string(children))...)
 	}
+	return processCPUSeconds(pids...)
+}
+
+// processCPUSeconds is the CPU time (user + system) the processes have used so far, from
+// /proc; a process that is gone counts nothing.
+func processCPUSeconds(pids ...string) float64 {
 	var ticks int64
 	for _, p := range pids {
 		stat, err := os.ReadFile("/proc/" + p + "/stat")

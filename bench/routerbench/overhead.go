@@ -47,13 +47,19 @@ type path struct {
 	name string
 	t    *targets
 	cl   *http.Client
+	// cpuSeconds reads the proxy's own processes' CPU time; nil for the direct path and
+	// for a router in the benchmark's process.
+	cpuSeconds func() float64
 }
 
 // pathResult holds one path's figures from every run.
 type pathResult struct {
 	maxRPS, ratio, load, p50, p99, addedP50, addedP99 []float64
-	errs                                              int64
-	firstErr                                          error
+	// cpuPerRequest is the proxy's own process CPU per request in each run's closed loop,
+	// µs (nginx's processes, or berth-router's when it runs as its own process).
+	cpuPerRequest []float64
+	errs          int64
+	firstErr      error
 }
 
 // runOverhead measures what a proxy costs on engines that answer in microseconds: max
@@ -118,9 +124,9 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 
 	paths := []*path{
 		{name: "direct", t: &targets{urls: direct}},
-		{name: "nginx", t: &targets{urls: []string{ngx.url}}},
-		{name: "berth-rr", t: &targets{urls: []string{rr.url}}},
-		{name: "berth-scored", t: &targets{urls: []string{scored.url}}},
+		{name: "nginx", t: &targets{urls: []string{ngx.url}}, cpuSeconds: ngx.cpuSeconds},
+		{name: "berth-rr", t: &targets{urls: []string{rr.url}}, cpuSeconds: rr.cpuSeconds},
+		{name: "berth-scored", t: &targets{urls: []string{scored.url}}, cpuSeconds: scored.cpuSeconds},
 	}
 	res := map[string]*pathResult{}
 	for _, p := range paths {
@@ -143,10 +149,20 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 			var errs int64
 			var ferr error
 			ngxBefore := ngx.cpuSeconds()
+			var proxyBefore float64
+			if p.cpuSeconds != nil {
+				proxyBefore = p.cpuSeconds()
+			}
 			prof, err := profiled(cfg.cpuProfile != "" && run == 0, func() {
 				r, errs, ferr = closedLoop(p.cl, p.t, overheadBody, cfg.conc, cfg.warm, cfg.dur)
 			})
 			ngxCPU := ngx.cpuSeconds() - ngxBefore
+			if p.cpuSeconds != nil && r > 0 {
+				// Requests over warm-up and measurement, at the measured rate: the CPU counts both.
+				us := 1e6 * (p.cpuSeconds() - proxyBefore) / (r * (cfg.warm + cfg.dur).Seconds())
+				res[p.name].cpuPerRequest = append(res[p.name].cpuPerRequest, us)
+				cfg.rec.proxyCPU(run, p.name, us)
+			}
 			if err != nil {
 				return "", err
 			}
@@ -205,16 +221,24 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 	}
 	fmt.Fprintf(&b, "Engine alone (one connection, sequential): p50 %.3f ms, p99 %.3f ms. Latency columns at a fixed open-loop rate, %s (median rate %.0f requests/s; \"rate ÷ own max\" is how loaded that leaves each path); added = path − direct. Medians of %d run(s).\n\n",
 		ms(engineAlone[0]), ms(engineAlone[1]), rateSays, quantile.Median(rates), cfg.runs)
-	b.WriteString("| path | max requests/s | ÷ nginx | rate ÷ own max | p50 ms | p99 ms | added p50 ms | added p99 ms | errors |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| path | max requests/s | ÷ nginx | rate ÷ own max | p50 ms | p99 ms | added p50 ms | added p99 ms | proxy CPU µs per request | ÷ nginx | errors |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	nginxCPU := quantile.Median(res["nginx"].cpuPerRequest)
 	for _, p := range paths {
 		r := res[p.name]
 		added50, added99 := fmt.Sprintf("%.3f", quantile.Median(r.addedP50)), fmt.Sprintf("%.3f", quantile.Median(r.addedP99))
 		if p.name == "direct" {
 			added50, added99 = "–", "–"
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.3f | %.3f | %s | %s | %d |\n", p.name, quantile.Median(r.maxRPS), quantile.Median(r.ratio), quantile.Median(r.load),
-			quantile.Median(r.p50), quantile.Median(r.p99), added50, added99, r.errs)
+		cpu, cpuRatio := "–", "–"
+		if len(r.cpuPerRequest) > 0 {
+			cpu = fmt.Sprintf("%.0f", quantile.Median(r.cpuPerRequest))
+			if nginxCPU > 0 {
+				cpuRatio = fmt.Sprintf("%.2f", quantile.Median(r.cpuPerRequest)/nginxCPU)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.3f | %.3f | %s | %s | %s | %s | %d |\n", p.name, quantile.Median(r.maxRPS), quantile.Median(r.ratio), quantile.Median(r.load),
+			quantile.Median(r.p50), quantile.Median(r.p99), added50, added99, cpu, cpuRatio, r.errs)
 	}
 	b.WriteString("\nTargets:\n\n")
 	for _, name := range []string{"berth-rr", "berth-scored"} {
@@ -225,6 +249,10 @@ func runOverhead(ctx context.Context, c *cluster, cfg overheadConfig) (string, e
 			fmt.Fprintf(&b, "- %s added p99 at %.0f requests/s (the target is set at half nginx's max, not this rate): %.3f ms\n", name, cfg.rate, quantile.Median(r.addedP99))
 		}
 		fmt.Fprintf(&b, "- %s max requests/s ≥ 0.8 × nginx: %.2f × — %s\n", name, quantile.Median(r.ratio), verdict(quantile.Median(r.ratio) >= 0.8))
+		if len(r.cpuPerRequest) > 0 && nginxCPU > 0 {
+			c := quantile.Median(r.cpuPerRequest) / nginxCPU
+			fmt.Fprintf(&b, "- %s CPU per request ≤ 1.5 × nginx's (each its own processes): %.2f × — %s\n", name, c, verdict(c <= 1.5))
+		}
 	}
 	if len(cpuSplit) > 0 {
 		b.WriteString("\nCPU per request in the closed loop of run 1, from the CPU profile of this process by goroutine label (\"runtime\" is unlabelled work such as GC) and, for nginx, its processes' CPU time from /proc:\n\n| path | CPU µs per request |\n|---|---|\n")

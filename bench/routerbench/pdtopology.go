@@ -56,6 +56,7 @@ type pdTopologyConfig struct {
 	costs []time.Duration
 	seed  uint64
 	csv   string // one line per request (empty: none)
+	rec   *recorder
 }
 
 type pdTopologyOutcome struct {
@@ -150,6 +151,7 @@ func runPDTopology(ctx context.Context, c *cluster, cfg pdTopologyConfig) (strin
 		}
 		o.name = p.name
 		outs = append(outs, o)
+		cfg.rec.pdRun(o.name, o.ttft, o.rows)
 	}
 	if cfg.csv != "" {
 		if err := writePDTopologyCSV(cfg.csv, outs); err != nil {

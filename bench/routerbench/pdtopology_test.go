@@ -29,7 +29,7 @@ func TestPDTopologySmoke(t *testing.T) {
 	defer c.stop()
 	path := filepath.Join(t.TempDir(), "pd.csv")
 	cfg := pdTopologyConfig{leaves: 2, domainsPerLeaf: 1, nodesPerDomain: 1, requests: 60, promptTokens: 500, maxTokens: 4,
-		load: 0.4, realSeconds: 3, costs: []time.Duration{time.Millisecond, time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond}, seed: 1, csv: path}
+		load: 0.4, realSeconds: 3, costs: []time.Duration{time.Millisecond, time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond}, seed: 1, csv: path, rec: newRecorder()}
 	table, err := runPDTopology(ctx, c, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -58,4 +58,6 @@ func TestPDTopologySmoke(t *testing.T) {
 	if want := 1 + len(pdTopologyPolicies)*cfg.requests; len(rows) != want {
 		t.Errorf("CSV has %d lines, want %d (a header and one per request)", len(rows), want)
 	}
+	checkFigures(t, cfg.rec, map[string][]string{"pdtopology-ttft.svg": {"topology-aware", "blind"}},
+		map[string]int{"pdtopology.csv": 1 + len(pdTopologyPolicies)*cfg.requests})
 }

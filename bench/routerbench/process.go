@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // garbage collector) with the load generator and the engines.
 func buildRouter(dir string) (string, error) {
 	bin := filepath.Join(dir, "berth-router")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/router")
+	// By import path, so that it builds from any directory of the module (a test runs in its package's).
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/berth-sh/berth/cmd/router")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("building cmd/router: %w", err)
@@ -57,7 +59,9 @@ func (c *cluster) startRouterProcess(ctx context.Context, bin, dir string, polic
 			<-exited
 		}
 	}
-	h := &routerHandle{url: "http://" + addr + "/v1/chat/completions", stop: stop}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	h := &routerHandle{url: "http://" + addr + "/v1/chat/completions", stop: stop,
+		cpuSeconds: func() float64 { return processCPUSeconds(pid) }}
 	cl := newHTTPClient(0)
 	defer cl.CloseIdleConnections()
 	for deadline := time.Now().Add(60 * time.Second); ; {

@@ -47,6 +47,7 @@ type scaledownConfig struct {
 	quality qualityConfig
 	window  time.Duration // simulated, after the scale-down
 	csv     string        // every TTFT of the window, one line per request ("": none)
+	rec     *recorder
 }
 
 type scaledownOutcome struct {
@@ -104,6 +105,7 @@ func runScaledown(ctx context.Context, c *cluster, cfg scaledownConfig) (string,
 			progress("  run %d, %s: removed %s (costs %s); TTFT p50 %.0f p90 %.0f p99 %.0f ms over %d requests, hit rate %.0f%%, %d errors",
 				run, p.name, o.victim, o.costs, o.p50, o.p90, o.p99, o.inWindow, 100*o.hitRate, o.errs)
 			out[run][p.name] = o
+			cfg.rec.scaledownRun(run, p.name, o)
 			for _, t := range o.ttft {
 				fmt.Fprintf(&csv, "%d,%q,%.1f\n", run, p.name, t)
 			}

@@ -12,7 +12,8 @@ import (
 )
 
 // TestOverheadAndQualitySmall runs the overhead and quality experiments in small (one short
-// run each, berth-router in this process) so make test keeps them and their figures
+// run each; the overhead's berth-router as its own process, as the benchmark runs it) so
+// make test keeps them and their figures
 // working: every path (direct, nginx, berth-rr, berth-scored) and every router policy ran
 // (and the replicas experiment, 1 and 2 replicas sharing a Redis) and answered without errors, the tables have a row for each, and the figures and CSVs
 // are written. nginx is the Debian nginx-light that make test-deps installs.
@@ -34,7 +35,7 @@ func TestOverheadAndQualitySmall(t *testing.T) {
 	rec := newRecorder()
 
 	table, err := runOverhead(ctx, c, overheadConfig{engines: 2, conc: 8, warm: 300 * time.Millisecond, dur: time.Second, runs: 1,
-		nginx: nginxBin, inProcess: true, rec: rec})
+		nginx: nginxBin, rec: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,8 +43,14 @@ func TestOverheadAndQualitySmall(t *testing.T) {
 	paths := []string{"direct", "nginx", "berth-rr", "berth-scored"}
 	for _, p := range paths {
 		row := tableRow(table, p)
-		if row == nil || len(row) != 9 || row[1] == "0" || row[8] != "0" {
-			t.Errorf("overhead row for %s: %q; want 9 cells, a max rate and no errors", p, row)
+		if row == nil || len(row) != 11 || row[1] == "0" || row[10] != "0" {
+			t.Errorf("overhead row for %s: %q; want 11 cells, a max rate and no errors", p, row)
+			continue
+		}
+		// The proxies run as processes of their own (berth-router built from cmd/router, as
+		// the benchmark runs it by default): each has its CPU per request.
+		if cpu, err := strconv.ParseFloat(row[8], 64); p != "direct" && (err != nil || cpu <= 0) {
+			t.Errorf("overhead row for %s: proxy CPU per request %q, want a positive number", p, row[8])
 		}
 		if len(rec.latency[p]) == 0 {
 			t.Errorf("no open-loop latency recorded for %s", p)
@@ -107,6 +114,7 @@ func TestOverheadAndQualitySmall(t *testing.T) {
 	for file, want := range map[string]int{
 		"overhead-latency.csv": 1 + len(paths)*len(cdfPoints([]float64{1})),
 		"overhead-max.csv":     1 + len(paths),
+		"overhead-cpu.csv":     len(paths), // a header and a row per proxy
 		"quality-ttft.csv":     1 + len(qualityPolicies)*len(cdfPoints([]float64{1})),
 		"replicas-ttft.csv":    1 + 3*len(cdfPoints([]float64{1})),
 	} {
@@ -198,7 +206,8 @@ func TestScaledownSmoke(t *testing.T) {
 	q := qualityConfig{engines: 4, prompts: 8, users: 64, requests: 160, systemTokens: 1000, userTokens: 20, maxTokens: 8,
 		cachePrompts: 4, load: 0.5, realSeconds: 4, runs: 1, seed: 3}
 	csvPath := filepath.Join(t.TempDir(), "scaledown.csv")
-	table, err := runScaledown(ctx, c, scaledownConfig{quality: q, window: time.Minute, csv: csvPath})
+	rec := newRecorder()
+	table, err := runScaledown(ctx, c, scaledownConfig{quality: q, window: time.Minute, csv: csvPath, rec: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,5 +227,41 @@ func TestScaledownSmoke(t *testing.T) {
 	}
 	if b, err := os.ReadFile(csvPath); err != nil || strings.Count(string(b), "\n") < 10 {
 		t.Errorf("the CSV holds too little (%v): %.200s", err, b)
+	}
+	checkFigures(t, rec, map[string][]string{"scaledown-p90.svg": {"highest ordinal", "lowest deletion cost"}},
+		map[string]int{"scaledown-runs.csv": 1 + len(scaledownPolicies)})
+}
+
+// checkFigures writes what rec recorded and checks that each SVG names every curve or bar
+// series it should, and that each CSV has its rows (the header among them).
+func checkFigures(t *testing.T, rec *recorder, svgs map[string][]string, csvs map[string]int) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := rec.write(dir); err != nil {
+		t.Fatal(err)
+	}
+	for file, names := range svgs {
+		svg, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		for _, n := range names {
+			if !strings.Contains(string(svg), n) {
+				t.Errorf("%s has no series labelled %s", file, n)
+			}
+		}
+	}
+	for file, want := range csvs {
+		f, err := os.Open(filepath.Join(dir, file))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		rows, err := csv.NewReader(f).ReadAll()
+		f.Close()
+		if err != nil || len(rows) != want {
+			t.Errorf("%s: %d rows (%v), want %d", file, len(rows), err, want)
+		}
 	}
 }
