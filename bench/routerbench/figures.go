@@ -12,26 +12,23 @@ import (
 )
 
 // recorder keeps the raw samples behind the tables for -figures: every open-loop latency
-// of the overhead experiment, every closed-loop max rate, and every request's TTFT of the
-// quality experiment. A nil recorder records nothing.
+// of the overhead experiment, every closed-loop max rate, every request's TTFT of the
+// quality experiments, and the later experiments' outcomes. A nil recorder records nothing.
 type recorder struct {
 	mu sync.Mutex
 	// Overhead: per path (in the order first seen), the latencies (ms) of every run's open
-	// loop pooled, and the open-loop rates.
-	latency  map[string][]float64
-	paths    []string
+	// loop pooled, with each run's quantiles in the CSV; the open-loop rates; the closed-loop
+	// max rates.
+	overhead *cdfSet
 	openRate []float64
+	rates    *figure.Table
 	// Quality: per router configuration, every TTFT (simulated ms) pooled.
-	ttft     map[string][]float64
-	policies []string
+	quality *cdfSet
 	// Replicas: per configuration (router replicas, or round robin), every TTFT pooled.
-	repTTFT  map[string][]float64
-	repNames []string
-	// Tenants: per configuration, every TTFT (ms) of the quiet tenant.
-	tenTTFT  map[string][]float64
-	tenNames []string
-	// The CSVs, a row per sample (tenants: one per request, there are few).
-	overhead, rates, quality, replicas, tenants *figure.Table
+	replicas *cdfSet
+	// Tenants: per configuration, every TTFT (ms) of the quiet tenant; the CSV one row per
+	// request (there are few).
+	tenants *cdfSet
 	// P/D pairing: every request's TTFT per pairing; the CSV has every request.
 	pd *cdfSet
 	// Endpoint picker: decision latency and TTFT per picker; the CSVs their quantiles.
@@ -48,39 +45,20 @@ type recorder struct {
 
 func newRecorder() *recorder {
 	return &recorder{
-		latency:  map[string][]float64{},
-		ttft:     map[string][]float64{},
-		overhead: figure.NewTable("run", "path", "open_loop_requests_per_second", "requests", "quantile", "latency_ms"),
-		quality:  figure.NewTable("run", "router", "requests", "quantile", "ttft_simulated_ms"),
-		rates:    figure.NewTable("run", "path", "closed_loop_max_requests_per_second"),
-		repTTFT:  map[string][]float64{},
-		replicas: figure.NewTable("run", "routers", "requests", "quantile", "ttft_simulated_ms"),
-		tenTTFT:  map[string][]float64{},
-		tenants:  figure.NewTable("configuration", "quiet_ttft_ms"),
-
+		overhead:    newCDFSet("run", "path", "open_loop_requests_per_second", "requests", "quantile", "latency_ms"),
+		rates:       figure.NewTable("run", "path", "closed_loop_max_requests_per_second"),
+		quality:     newCDFSet("run", "router", "requests", "quantile", "ttft_simulated_ms"),
+		replicas:    newCDFSet("run", "routers", "requests", "quantile", "ttft_simulated_ms"),
+		tenants:     newCDFSet("configuration", "quiet_ttft_ms"),
 		pd:          newCDFSet("pairing", "level_shared", "ttft_simulated_ms"),
 		eppDecision: newCDFSet("picker", "requests", "quantile", "decision_ms"),
 		eppTTFT:     newCDFSet("picker", "requests", "quantile", "ttft_simulated_ms"),
+		cpu:         figure.NewTable("run", "path", "proxy_cpu_us_per_request"),
+		cpuUS:       map[string][]float64{},
 		scaledown: figure.NewTable("run", "rule", "removed", "ttft_p50_simulated_ms", "ttft_p90_simulated_ms", "ttft_p99_simulated_ms",
 			"prefix_hit_rate_after", "requests", "errors"),
 		sdP90: map[string][]float64{},
-		cpu:   figure.NewTable("run", "path", "proxy_cpu_us_per_request"),
-		cpuUS: map[string][]float64{},
 	}
-}
-
-// proxyCPU records one path's proxy CPU per request (µs) in one run's closed loop.
-func (r *recorder) proxyCPU(run int, path string, us float64) {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.cpuUS[path]; !ok {
-		r.cpuPaths = append(r.cpuPaths, path)
-	}
-	r.cpuUS[path] = append(r.cpuUS[path], us)
-	r.cpu.Add(run+1, path, us)
 }
 
 // tenantsRun records every quiet-tenant TTFT (ms) of one tenants configuration.
@@ -90,12 +68,9 @@ func (r *recorder) tenantsRun(name string, ttft []float64) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.tenTTFT[name]; !ok {
-		r.tenNames = append(r.tenNames, name)
-	}
-	r.tenTTFT[name] = append(r.tenTTFT[name], ttft...)
+	r.tenants.add(name, ttft)
 	for _, v := range ttft {
-		r.tenants.Add(name, v)
+		r.tenants.tab.Add(name, v)
 	}
 }
 
@@ -106,13 +81,7 @@ func (r *recorder) replicasRun(run int, name string, ttft []float64) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.repTTFT[name]; !ok {
-		r.repNames = append(r.repNames, name)
-	}
-	r.repTTFT[name] = append(r.repTTFT[name], ttft...)
-	for _, q := range cdfPoints(ttft) {
-		r.replicas.Add(run+1, name, len(ttft), q[0], q[1])
-	}
+	r.replicas.addQuantiles(name, ttft, run+1, name)
 }
 
 // maxRate records one path's closed-loop max requests/s of one run.
@@ -132,18 +101,26 @@ func (r *recorder) openLoop(run int, path string, rate float64, lat []time.Durat
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.latency[path]; !ok {
-		r.paths = append(r.paths, path)
-	}
 	vals := make([]float64, len(lat))
 	for i, l := range lat {
 		vals[i] = ms(l)
 	}
-	r.latency[path] = append(r.latency[path], vals...)
-	for _, q := range cdfPoints(vals) {
-		r.overhead.Add(run+1, path, rate, len(vals), q[0], q[1])
-	}
+	r.overhead.addQuantiles(path, vals, run+1, path, rate)
 	r.openRate = append(r.openRate, rate)
+}
+
+// proxyCPU records one path's proxy CPU per request (µs) in one run's closed loop.
+func (r *recorder) proxyCPU(run int, path string, us float64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.cpuUS[path]; !ok {
+		r.cpuPaths = append(r.cpuPaths, path)
+	}
+	r.cpuUS[path] = append(r.cpuUS[path], us)
+	r.cpu.Add(run+1, path, us)
 }
 
 // qualityRun records every TTFT (simulated ms) of one router configuration's run.
@@ -153,13 +130,7 @@ func (r *recorder) qualityRun(run int, router string, ttft []float64) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.ttft[router]; !ok {
-		r.policies = append(r.policies, router)
-	}
-	r.ttft[router] = append(r.ttft[router], ttft...)
-	for _, q := range cdfPoints(ttft) {
-		r.quality.Add(run+1, router, len(ttft), q[0], q[1])
-	}
+	r.quality.addQuantiles(router, ttft, run+1, router)
 }
 
 // cdfPoints are the quantiles the CSVs keep of a run's samples: every half percent, then
@@ -183,27 +154,17 @@ func cdfPoints(vals []float64) [][2]float64 {
 }
 
 // write writes what was recorded into dir: overhead-latency.svg (the CDF of each path's
-// open-loop latency, every run pooled) with overhead-latency.csv (each run's quantiles) and
-// overhead-max.csv, and quality-ttft.svg (the CDF of each router configuration's TTFT) with
-// quality-ttft.csv (each run's quantiles), replicas-ttft.svg with replicas-ttft.csv, and
-// tenants-ttft.svg with tenants-ttft.csv (every quiet request's TTFT).
+// open-loop latency, every run pooled) with overhead-latency.csv (each run's quantiles),
+// overhead-max.csv and overhead-cpu.svg/csv, quality-ttft.svg with quality-ttft.csv,
+// replicas-ttft.svg with replicas-ttft.csv, tenants-ttft.svg with tenants-ttft.csv (every
+// quiet request's TTFT), and the later experiments' figures (writeMore). An experiment that
+// did not run writes nothing, so one directory can collect several runs' figures.
 func (r *recorder) write(dir string) error {
-	if len(r.paths) > 0 {
-		var samples []figure.Sample
-		for _, p := range r.paths {
-			samples = append(samples, figure.Sample{Name: p, Values: r.latency[p]})
-		}
-		if err := figure.Save(filepath.Join(dir, "overhead-latency.svg"), figure.CDF{
-			Title:   fmt.Sprintf("Latency at a fixed open-loop rate (%s), every path", rateList(r.openRate)),
-			XLabel:  "latency, ms (log scale)",
-			LogX:    true,
-			Samples: samples,
-		}); err != nil {
-			return err
-		}
-		if err := r.overhead.WriteFile(filepath.Join(dir, "overhead-latency.csv")); err != nil {
-			return err
-		}
+	if err := r.overhead.save(dir, "overhead-latency.svg", "overhead-latency.csv",
+		fmt.Sprintf("Latency at a fixed open-loop rate (%s), every path", rateList(r.openRate)), "latency, ms (log scale)"); err != nil {
+		return err
+	}
+	if len(r.overhead.names) > 0 {
 		if err := r.rates.WriteFile(filepath.Join(dir, "overhead-max.csv")); err != nil {
 			return err
 		}
@@ -225,56 +186,17 @@ func (r *recorder) write(dir string) error {
 			return err
 		}
 	}
-	if len(r.policies) > 0 {
-		var samples []figure.Sample
-		for _, p := range r.policies {
-			samples = append(samples, figure.Sample{Name: p, Values: r.ttft[p]})
-		}
-		if err := figure.Save(filepath.Join(dir, "quality-ttft.svg"), figure.CDF{
-			Title:   "Time to first token on the shared-prefix trace, per router policy",
-			XLabel:  "TTFT, simulated ms (log scale)",
-			LogX:    true,
-			Samples: samples,
-		}); err != nil {
-			return err
-		}
-		if err := r.quality.WriteFile(filepath.Join(dir, "quality-ttft.csv")); err != nil {
-			return err
-		}
+	if err := r.quality.save(dir, "quality-ttft.svg", "quality-ttft.csv",
+		"Time to first token on the shared-prefix trace, per router policy", "TTFT, simulated ms (log scale)"); err != nil {
+		return err
 	}
-	if len(r.repNames) > 0 {
-		var samples []figure.Sample
-		for _, n := range r.repNames {
-			samples = append(samples, figure.Sample{Name: n, Values: r.repTTFT[n]})
-		}
-		if err := figure.Save(filepath.Join(dir, "replicas-ttft.svg"), figure.CDF{
-			Title:   "Time to first token on the shared-prefix trace through 1, 2 and 4 router replicas sharing one Redis",
-			XLabel:  "TTFT, simulated ms (log scale)",
-			LogX:    true,
-			Samples: samples,
-		}); err != nil {
-			return err
-		}
-		if err := r.replicas.WriteFile(filepath.Join(dir, "replicas-ttft.csv")); err != nil {
-			return err
-		}
+	if err := r.replicas.save(dir, "replicas-ttft.svg", "replicas-ttft.csv",
+		"Time to first token on the shared-prefix trace through 1, 2 and 4 router replicas sharing one Redis", "TTFT, simulated ms (log scale)"); err != nil {
+		return err
 	}
-	if len(r.tenNames) > 0 {
-		var samples []figure.Sample
-		for _, n := range r.tenNames {
-			samples = append(samples, figure.Sample{Name: n, Values: r.tenTTFT[n]})
-		}
-		if err := figure.Save(filepath.Join(dir, "tenants-ttft.svg"), figure.CDF{
-			Title:   "The quiet tenant's time to first token, alone and beside a noisy tenant",
-			XLabel:  "TTFT, ms (log scale)",
-			LogX:    true,
-			Samples: samples,
-		}); err != nil {
-			return err
-		}
-		if err := r.tenants.WriteFile(filepath.Join(dir, "tenants-ttft.csv")); err != nil {
-			return err
-		}
+	if err := r.tenants.save(dir, "tenants-ttft.svg", "tenants-ttft.csv",
+		"The quiet tenant's time to first token, alone and beside a noisy tenant", "TTFT, ms (log scale)"); err != nil {
+		return err
 	}
 	return r.writeMore(dir)
 }
@@ -317,11 +239,14 @@ func (s *cdfSet) add(name string, v []float64) {
 }
 
 // addQuantiles adds the samples and, to the CSV, their quantiles (cdfPoints) as rows of
-// name, count, quantile, value.
-func (s *cdfSet) addQuantiles(name string, v []float64) {
+// lead..., count, quantile, value; with no lead, the row starts with name.
+func (s *cdfSet) addQuantiles(name string, v []float64, lead ...any) {
 	s.add(name, v)
+	if len(lead) == 0 {
+		lead = []any{name}
+	}
 	for _, q := range cdfPoints(v) {
-		s.tab.Add(name, len(v), q[0], q[1])
+		s.tab.Add(append(slices.Clone(lead), len(v), q[0], q[1])...)
 	}
 }
 

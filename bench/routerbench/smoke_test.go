@@ -52,7 +52,7 @@ func TestOverheadAndQualitySmall(t *testing.T) {
 		if cpu, err := strconv.ParseFloat(row[8], 64); p != "direct" && (err != nil || cpu <= 0) {
 			t.Errorf("overhead row for %s: proxy CPU per request %q, want a positive number", p, row[8])
 		}
-		if len(rec.latency[p]) == 0 {
+		if len(rec.overhead.vals[p]) == 0 {
 			t.Errorf("no open-loop latency recorded for %s", p)
 		}
 	}
@@ -69,7 +69,7 @@ func TestOverheadAndQualitySmall(t *testing.T) {
 		if row == nil || len(row) != 8 || row[7] != "0" {
 			t.Errorf("quality row for %s: %q; want 8 cells and no errors", p.name, row)
 		}
-		if got := len(rec.ttft[p.name]); got != q.requests {
+		if got := len(rec.quality.vals[p.name]); got != q.requests {
 			t.Errorf("%s: %d TTFTs recorded, want %d", p.name, got, q.requests)
 		}
 	}
@@ -87,7 +87,7 @@ func TestOverheadAndQualitySmall(t *testing.T) {
 		if row == nil || len(row) != 8 || row[7] != "0" {
 			t.Errorf("replicas row for %s: %q; want 8 cells and no errors", name, row)
 		}
-		if got := len(rec.repTTFT[name]); got != rq.requests {
+		if got := len(rec.replicas.vals[name]); got != rq.requests {
 			t.Errorf("%s: %d TTFTs recorded, want %d", name, got, rq.requests)
 		}
 	}
