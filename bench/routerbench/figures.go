@@ -34,13 +34,9 @@ type recorder struct {
 	// Endpoint picker: decision latency and TTFT per picker; the CSVs their quantiles.
 	eppDecision, eppTTFT *cdfSet
 	// Proxy CPU: each run's µs per request of the proxy's own processes, per path.
-	cpu      *figure.Table
-	cpuPaths []string
-	cpuUS    map[string][]float64
-	// Scale-down: each run's outcome per rule, and its TTFT p90 for the bars.
-	scaledown *figure.Table
-	sdP90     map[string][]float64
-	sdRules   []string
+	cpu *cdfSet
+	// Scale-down: each run's TTFT p90 per rule for the bars; the CSV each run's outcome.
+	scaledown *cdfSet
 }
 
 func newRecorder() *recorder {
@@ -53,11 +49,9 @@ func newRecorder() *recorder {
 		pd:          newCDFSet("pairing", "level_shared", "ttft_simulated_ms"),
 		eppDecision: newCDFSet("picker", "requests", "quantile", "decision_ms"),
 		eppTTFT:     newCDFSet("picker", "requests", "quantile", "ttft_simulated_ms"),
-		cpu:         figure.NewTable("run", "path", "proxy_cpu_us_per_request"),
-		cpuUS:       map[string][]float64{},
-		scaledown: figure.NewTable("run", "rule", "removed", "ttft_p50_simulated_ms", "ttft_p90_simulated_ms", "ttft_p99_simulated_ms",
+		cpu:         newCDFSet("run", "path", "proxy_cpu_us_per_request"),
+		scaledown: newCDFSet("run", "rule", "removed", "ttft_p50_simulated_ms", "ttft_p90_simulated_ms", "ttft_p99_simulated_ms",
 			"prefix_hit_rate_after", "requests", "errors"),
-		sdP90: map[string][]float64{},
 	}
 }
 
@@ -116,11 +110,8 @@ func (r *recorder) proxyCPU(run int, path string, us float64) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.cpuUS[path]; !ok {
-		r.cpuPaths = append(r.cpuPaths, path)
-	}
-	r.cpuUS[path] = append(r.cpuUS[path], us)
-	r.cpu.Add(run+1, path, us)
+	r.cpu.add(path, []float64{us})
+	r.cpu.tab.Add(run+1, path, us)
 }
 
 // qualityRun records every TTFT (simulated ms) of one router configuration's run.
@@ -157,48 +148,49 @@ func cdfPoints(vals []float64) [][2]float64 {
 // open-loop latency, every run pooled) with overhead-latency.csv (each run's quantiles),
 // overhead-max.csv and overhead-cpu.svg/csv, quality-ttft.svg with quality-ttft.csv,
 // replicas-ttft.svg with replicas-ttft.csv, tenants-ttft.svg with tenants-ttft.csv (every
-// quiet request's TTFT), and the later experiments' figures (writeMore). An experiment that
-// did not run writes nothing, so one directory can collect several runs' figures.
+// quiet request's TTFT), the pdtopology, epp-decision and epp-ttft figures with their CSVs,
+// and the scale-down's (writeScaledown). An experiment that did not run writes nothing, so
+// one directory can collect several runs' figures.
 func (r *recorder) write(dir string) error {
-	if err := r.overhead.save(dir, "overhead-latency.svg", "overhead-latency.csv",
-		fmt.Sprintf("Latency at a fixed open-loop rate (%s), every path", rateList(r.openRate)), "latency, ms (log scale)"); err != nil {
-		return err
+	for _, c := range []struct {
+		set                     *cdfSet
+		svg, csv, title, xlabel string
+	}{
+		{r.overhead, "overhead-latency.svg", "overhead-latency.csv", fmt.Sprintf("Latency at a fixed open-loop rate (%s), every path", rateList(r.openRate)), "latency, ms (log scale)"},
+		{r.quality, "quality-ttft.svg", "quality-ttft.csv", "Time to first token on the shared-prefix trace, per router policy", "TTFT, simulated ms (log scale)"},
+		{r.replicas, "replicas-ttft.svg", "replicas-ttft.csv", "Time to first token on the shared-prefix trace through 1, 2 and 4 router replicas sharing one Redis", "TTFT, simulated ms (log scale)"},
+		{r.tenants, "tenants-ttft.svg", "tenants-ttft.csv", "The quiet tenant's time to first token, alone and beside a noisy tenant", "TTFT, ms (log scale)"},
+		{r.pd, "pdtopology-ttft.svg", "pdtopology.csv", "Time to first token with prefill/decode pairs chosen by topology or by load alone", "TTFT, simulated ms (log scale)"},
+		{r.eppDecision, "epp-decision.svg", "epp-decision.csv", "Endpoint picker decision latency at the data plane, at a fixed open-loop rate", "decision, ms (log scale)"},
+		{r.eppTTFT, "epp-ttft.svg", "epp-ttft.csv", "Time to first token on the shared-prefix trace through each endpoint picker", "TTFT, simulated ms (log scale)"},
+	} {
+		if err := c.set.save(dir, c.svg, c.csv, c.title, c.xlabel); err != nil {
+			return err
+		}
 	}
 	if len(r.overhead.names) > 0 {
 		if err := r.rates.WriteFile(filepath.Join(dir, "overhead-max.csv")); err != nil {
 			return err
 		}
 	}
-	if len(r.cpuPaths) > 0 {
+	if len(r.cpu.names) > 0 {
 		s := figure.BarSeries{Name: "median of the runs"}
-		for _, p := range r.cpuPaths {
-			s.Values = append(s.Values, quantile.Median(r.cpuUS[p]))
+		for _, p := range r.cpu.names {
+			s.Values = append(s.Values, quantile.Median(r.cpu.vals[p]))
 		}
 		if err := figure.Save(filepath.Join(dir, "overhead-cpu.svg"), figure.Bars{
 			Title:      "CPU per request of the proxy's own processes, in the closed loop",
 			YLabel:     "µs per request",
-			Categories: r.cpuPaths,
+			Categories: r.cpu.names,
 			Series:     []figure.BarSeries{s},
 		}); err != nil {
 			return err
 		}
-		if err := r.cpu.WriteFile(filepath.Join(dir, "overhead-cpu.csv")); err != nil {
+		if err := r.cpu.tab.WriteFile(filepath.Join(dir, "overhead-cpu.csv")); err != nil {
 			return err
 		}
 	}
-	if err := r.quality.save(dir, "quality-ttft.svg", "quality-ttft.csv",
-		"Time to first token on the shared-prefix trace, per router policy", "TTFT, simulated ms (log scale)"); err != nil {
-		return err
-	}
-	if err := r.replicas.save(dir, "replicas-ttft.svg", "replicas-ttft.csv",
-		"Time to first token on the shared-prefix trace through 1, 2 and 4 router replicas sharing one Redis", "TTFT, simulated ms (log scale)"); err != nil {
-		return err
-	}
-	if err := r.tenants.save(dir, "tenants-ttft.svg", "tenants-ttft.csv",
-		"The quiet tenant's time to first token, alone and beside a noisy tenant", "TTFT, ms (log scale)"); err != nil {
-		return err
-	}
-	return r.writeMore(dir)
+	return r.writeScaledown(dir)
 }
 
 // rateList names the open-loop rate: one rate per path and run, usually a few distinct ones.
@@ -308,40 +300,23 @@ func (r *recorder) scaledownRun(run int, rule string, o scaledownOutcome) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.scaledown.Add(run, rule, o.victim, o.p50, o.p90, o.p99, o.hitRate, o.inWindow, o.errs)
-	if _, ok := r.sdP90[rule]; !ok {
-		r.sdRules = append(r.sdRules, rule)
-	}
-	r.sdP90[rule] = append(r.sdP90[rule], o.p90)
+	r.scaledown.add(rule, []float64{o.p90})
+	r.scaledown.tab.Add(run, rule, o.victim, o.p50, o.p90, o.p99, o.hitRate, o.inWindow, o.errs)
 }
 
-// writeMore writes the figures of the later experiments: pdtopology-ttft.svg with
-// pdtopology.csv (every request), epp-decision.svg and epp-ttft.svg with their quantile
-// CSVs, and scaledown-p90.svg (each run's TTFT p90 after the scale-down, per rule) with
-// scaledown-runs.csv.
-func (r *recorder) writeMore(dir string) error {
-	if err := r.pd.save(dir, "pdtopology-ttft.svg", "pdtopology.csv",
-		"Time to first token with prefill/decode pairs chosen by topology or by load alone", "TTFT, simulated ms (log scale)"); err != nil {
-		return err
-	}
-	if err := r.eppDecision.save(dir, "epp-decision.svg", "epp-decision.csv",
-		"Endpoint picker decision latency at the data plane, at a fixed open-loop rate", "decision, ms (log scale)"); err != nil {
-		return err
-	}
-	if err := r.eppTTFT.save(dir, "epp-ttft.svg", "epp-ttft.csv",
-		"Time to first token on the shared-prefix trace through each endpoint picker", "TTFT, simulated ms (log scale)"); err != nil {
-		return err
-	}
-	if len(r.sdRules) == 0 {
+// writeScaledown writes scaledown-p90.svg (each run's TTFT p90 after the scale-down, per
+// rule) with scaledown-runs.csv.
+func (r *recorder) writeScaledown(dir string) error {
+	if len(r.scaledown.names) == 0 {
 		return nil
 	}
 	var categories []string
-	for i := range r.sdP90[r.sdRules[0]] {
+	for i := range r.scaledown.vals[r.scaledown.names[0]] {
 		categories = append(categories, fmt.Sprintf("run %d", i))
 	}
 	var series []figure.BarSeries
-	for _, rule := range r.sdRules {
-		series = append(series, figure.BarSeries{Name: rule, Values: r.sdP90[rule]})
+	for _, rule := range r.scaledown.names {
+		series = append(series, figure.BarSeries{Name: rule, Values: r.scaledown.vals[rule]})
 	}
 	if err := figure.Save(filepath.Join(dir, "scaledown-p90.svg"), figure.Bars{
 		Title:      "TTFT p90 in the minute after one group is removed, per run and rule",
@@ -351,5 +326,5 @@ func (r *recorder) writeMore(dir string) error {
 	}); err != nil {
 		return err
 	}
-	return r.scaledown.WriteFile(filepath.Join(dir, "scaledown-runs.csv"))
+	return r.scaledown.tab.WriteFile(filepath.Join(dir, "scaledown-runs.csv"))
 }
