@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	llmdv1alpha1 "github.com/berth-sh/berth/pkg/apis/llmd/v1alpha1"
 	networkingv1alpha1 "github.com/berth-sh/berth/pkg/apis/networking/v1alpha1"
 	workloadv1alpha1 "github.com/berth-sh/berth/pkg/apis/workload/v1alpha1"
 	"github.com/berth-sh/berth/pkg/workload"
@@ -38,15 +39,29 @@ const drainTimeout = 2 * time.Minute
 
 // drainTarget is the ModelServing the demo drains a node of, and the model routed to it.
 type drainTarget struct {
-	ms    *workloadv1alpha1.ModelServing
-	model string
-	node  string
+	ms         *workloadv1alpha1.ModelServing
+	model      string
+	node       string
+	autoscaled bool // an autoscaler sets its count (the demo says so)
 }
 
-// pickDrainTarget is the routed ModelServing with the most available groups (at least two;
-// one-role ModelServings first, so the demo is about groups, not P/D pairs) and the node of
-// its group 0's entry pod; nil when there is none.
+// pickDrainTarget is the routed one-role ModelServing (the demo is about groups, not P/D
+// pairs) with at least two available groups, and the node of its group 0's entry pod; nil
+// when there is none. One whose count no autoscaler sets comes first: the minimum the drain
+// keeps is a share of the count, and an autoscaler that scales the model down meanwhile (as
+// it does after the load) takes groups away that the drain did not. Then the most groups.
 func pickDrainTarget(ctx context.Context, cl client.Client) (*drainTarget, error) {
+	sized, _, err := autoscaled(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	var variants llmdv1alpha1.VariantAutoscalingList
+	if err := cl.List(ctx, &variants); err != nil {
+		return nil, err
+	}
+	for _, va := range variants.Items {
+		sized[va.Namespace+"/"+va.Name] = 0 // it sizes the ModelServing of its name
+	}
 	var servers networkingv1alpha1.ModelServerList
 	if err := cl.List(ctx, &servers); err != nil {
 		return nil, err
@@ -85,8 +100,10 @@ func pickDrainTarget(ctx context.Context, cl client.Client) (*drainTarget, error
 		if model == "" {
 			continue
 		}
-		if best == nil || ms.Status.AvailableReplicas > best.ms.Status.AvailableReplicas {
-			best = &drainTarget{ms: ms, model: model}
+		_, scaled := sized[ms.Namespace+"/"+ms.Name]
+		if best == nil || (!scaled && best.autoscaled) ||
+			(scaled == best.autoscaled && ms.Status.AvailableReplicas > best.ms.Status.AvailableReplicas) {
+			best = &drainTarget{ms: ms, model: model, autoscaled: scaled}
 		}
 	}
 	if best == nil {
@@ -216,8 +233,12 @@ func runDrain(ctx context.Context, cl client.Client, routerURL string, out io.Wr
 		groups = append(groups, g)
 	}
 	sort.Strings(groups)
-	fmt.Fprintf(out, "drain: %s moved off %s whole (%s); available groups never below %d of %d (an autoscaler may have changed the count meanwhile); %d streams answered during the drain, %d failed\n",
-		pluralGroups(len(groups)), t.node, strings.Join(groups, ", "), fewest, startReplicas, ok.Load(), bad.Load())
+	count := "its count fixed"
+	if t.autoscaled {
+		count = "an autoscaler sets its count and may have changed it meanwhile"
+	}
+	fmt.Fprintf(out, "drain: %s moved off %s whole (%s); available groups never below %d of %d (%s); %d streams answered during the drain, %d failed\n",
+		pluralGroups(len(groups)), t.node, strings.Join(groups, ", "), fewest, startReplicas, count, ok.Load(), bad.Load())
 	if bad.Load() > 0 {
 		return errors.New("drain: a stream failed while the node was drained: " + firstErr)
 	}
