@@ -20,7 +20,7 @@ func writeFigures(dir string, f *fabric, modes []mode, results map[mode][]result
 	runs := figure.NewTable("mode", "seed", "groups_placed_before_first_failure", "first_failure", "gpus_at_first_failure", "gpus_total",
 		"multi_pod_groups", "one_leaf", "one_nvlink_domain", "many_spines", "free_nodes_at_first_failure", "gpus_at_first_whole_node_failure",
 		"pods_placed_before_first_failure", "feeding_seconds", "groups_placed_after_first_failure", "groups_fed", "gpus_at_end",
-		"feasible_failures", "run_seconds")
+		"feasible_failures", "run_seconds", "spans_groups", "spans_create_seconds", "spans_to_first_bind_seconds", "spans_first_to_last_bind_seconds")
 	placements := figure.NewTable("mode", "seed", "group", "pods", "gpus_per_pod", "before_first_failure", "nodes", "leaves", "spines")
 	for _, m := range modes {
 		for _, r := range results[m] {
@@ -34,7 +34,8 @@ func writeFigures(dir string, f *fabric, modes []mode, results map[mode][]result
 			}
 			runs.Add(string(m), r.seed, r.groupsPlaced, first, r.gpusAtFirst, f.totalGPUs(),
 				r.spread.multiPod, r.spread.oneLeaf, r.spread.oneDomain, r.spread.manySpines, r.freeNodesAtFirst, atBig,
-				r.podsPlaced, r.feeding, r.placedAfter, r.groupsFed, r.gpusAtEnd, r.feasibleFailures, r.elapsed)
+				r.podsPlaced, r.feeding, r.placedAfter, r.groupsFed, r.gpusAtEnd, r.feasibleFailures, r.elapsed,
+				r.spans.groups, r.spans.create, r.spans.first, r.spans.spread)
 			for i, p := range r.placed {
 				leaves, spines := map[string]bool{}, map[string]bool{}
 				for _, n := range p.nodes {

@@ -240,6 +240,7 @@ func count(v float64) string {
 
 func percent(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
 func rate(v float64) string    { return fmt.Sprintf("%.1f", v) }
+func millis(v float64) string  { return fmt.Sprintf("%.1f", v) }
 func seconds(v float64) string { return fmt.Sprintf("%.0fs", v) }
 
 // table renders the results side by side: per mode the mean over the runs (with the range
@@ -278,6 +279,12 @@ func table(f *fabric, modes []mode, rs map[mode][]result) string {
 			value: func(r result) (float64, bool) { return float64(r.gpusAtBig) / total, r.bigFailure != nil }},
 		{name: "(4) pods bound per second while feeding", format: rate,
 			value: func(r result) (float64, bool) { return float64(r.podsPlaced) / r.feeding.Seconds(), r.feeding > 0 }},
+		{name: "(4a) ms per group placed: creating its PodGroup and pods", format: millis,
+			value: func(r result) (float64, bool) { return r.spans.perGroup(r.spans.create) }},
+		{name: "(4b) ms per group placed: last pod created to the first seen bound", format: millis,
+			value: func(r result) (float64, bool) { return r.spans.perGroup(r.spans.first) }},
+		{name: "(4c) ms per group placed: first pod bound to the last", format: millis,
+			value: func(r result) (float64, bool) { return r.spans.perGroup(r.spans.spread) }},
 		{name: "pods of the first failing group bound, then withdrawn", format: count,
 			value: func(r result) (float64, bool) { return float64(r.firstFailureBound), true }},
 		{name: "groups placed after the first failure", format: count,

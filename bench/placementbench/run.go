@@ -66,6 +66,8 @@ type result struct {
 	freeNodesAtFirst  int
 	spread            spread
 	feeding           time.Duration // first pod created to the last placed group bound
+	// spans sums the placed groups' spans (groupSpan) over the same groups.
+	spans groupSpan
 
 	// Fed on until a group of whole-node (8-GPU) pods could not be placed.
 	bigFailure  *groupSpec
@@ -88,6 +90,30 @@ type result struct {
 	// placedAtFirst of them were placed before the first failure.
 	placed        []placement
 	placedAtFirst int
+}
+
+// groupSpan is where one group's time in the serial feed goes, as the bench sees it: from
+// the feed's start to its last pod created (berth's includes its PodGroup's create), from
+// there to the first pod seen bound, and from the first bound to the last (a gang binds
+// its pods together once the last is placed; the default scheduler binds each as it is
+// scored). The three add up to the group's time from its first create to its last bind.
+// Summed over groups in result.spans.
+type groupSpan struct {
+	groups                int
+	create, first, spread time.Duration
+}
+
+func (s *groupSpan) add(o groupSpan) {
+	s.groups += o.groups
+	s.create, s.first, s.spread = s.create+o.create, s.first+o.first, s.spread+o.spread
+}
+
+// perGroup is a span's mean per group, in ms.
+func (s groupSpan) perGroup(d time.Duration) (float64, bool) {
+	if s.groups == 0 {
+		return 0, false
+	}
+	return float64(d) / float64(time.Millisecond) / float64(s.groups), true
 }
 
 // run feeds the stream to one scheduler, one group at a time, on the empty fabric.
@@ -149,7 +175,7 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 	lastPlaced := feedStart
 	for i, g := range groups {
 		fits := b.fabric.fits(led, g)
-		nodes, why, boundPods, err := b.feed(ctx, tr, exited, ns, m, g)
+		nodes, why, boundPods, span, err := b.feed(ctx, tr, exited, ns, m, g)
 		if err != nil {
 			return fail(err)
 		}
@@ -158,6 +184,7 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 			led.add(g, nodes)
 			if res.firstFailure == nil {
 				lastPlaced = time.Now()
+				res.spans.add(span)
 			} else {
 				res.placedAfter++
 			}
@@ -203,8 +230,10 @@ func (b *bench) run(ctx context.Context, m mode, seed uint64, groups []groupSpec
 
 // feed creates one group and waits until every pod is bound or reported unschedulable.
 // A group not bound whole is withdrawn (its pods and PodGroup deleted) and nodes is nil;
-// why is the scheduler's message and boundPods how many of its pods had been bound.
-func (b *bench) feed(ctx context.Context, tr *tracker, exited <-chan struct{}, ns string, m mode, g groupSpec) (nodes []string, why string, boundPods int, err error) {
+// why is the scheduler's message and boundPods how many of its pods had been bound. span is
+// where a placed group's time went.
+func (b *bench) feed(ctx context.Context, tr *tracker, exited <-chan struct{}, ns string, m mode, g groupSpec) (nodes []string, why string, boundPods int, span groupSpan, err error) {
+	start := time.Now()
 	group := fmt.Sprintf("g%05d", g.index)
 	names := make([]string, g.pods)
 	for i := range names {
@@ -212,39 +241,54 @@ func (b *bench) feed(ctx context.Context, tr *tracker, exited <-chan struct{}, n
 	}
 	if m == berthMode {
 		if _, err := b.vc.SchedulingV1beta1().PodGroups(ns).Create(ctx, podGroup(ns, group, g, b.fabric), metav1.CreateOptions{}); err != nil {
-			return nil, "", 0, err
+			return nil, "", 0, span, err
 		}
 	}
 	if err := fanout.Run(len(names), len(names), func(i int) error {
 		_, err := b.kube.CoreV1().Pods(ns).Create(ctx, b.pod(ns, m, names[i], &g, group), metav1.CreateOptions{})
 		return err
 	}); err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, span, err
 	}
+	created := time.Now()
 	states, err := tr.waitFor(names, b.timeout, exited, resolved)
 	switch {
 	case errors.Is(err, errTimeout):
 		why = fmt.Sprintf("not resolved within %s", b.timeout)
 		fmt.Fprintf(os.Stderr, "  %s: group %d (%s) %s\n", m, g.index, g, why)
 	case err != nil:
-		return nil, "", 0, err
+		return nil, "", 0, span, err
 	}
+	var first, last time.Time
 	for _, st := range states {
 		switch {
 		case st == nil:
 		case st.node != "":
 			nodes = append(nodes, st.node)
+			if first.IsZero() || st.boundAt.Before(first) {
+				first = st.boundAt
+			}
+			if st.boundAt.After(last) {
+				last = st.boundAt
+			}
 		case why == "":
 			why = st.message
 		}
 	}
 	if len(nodes) == len(names) {
-		return nodes, "", 0, nil
+		// (A pod may be seen bound before the last create returns: the spans after the
+		// creates start there, so the three add up to the group's time.)
+		from := first
+		if from.Before(created) {
+			from = created
+		}
+		span = groupSpan{groups: 1, create: created.Sub(start), first: from.Sub(created), spread: max(0, last.Sub(from))}
+		return nodes, "", 0, span, nil
 	}
 	if err := b.withdraw(ctx, tr, ns, m, &group, names); err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, span, err
 	}
-	return nil, why, len(nodes), nil
+	return nil, why, len(nodes), span, nil
 }
 
 // withdraw deletes pods (and the PodGroup) and waits until the watch reports them gone.

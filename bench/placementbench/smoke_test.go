@@ -40,11 +40,18 @@ func TestLeafSpineSmallRunOfBothModes(t *testing.T) {
 				m, r.groupsPlaced, r.gpusAtFirst, len(r.placed), r.placedAtFirst)
 		}
 		placed += len(r.placed)
+		// Every group placed before the first failure has its span, and the feed's time is
+		// at least what the spans add up to.
+		if sp := r.spans; sp.groups != r.groupsPlaced || sp.create <= 0 || sp.first+sp.spread <= 0 || sp.create+sp.first+sp.spread > r.feeding {
+			t.Errorf("%s: spans of %d groups (of %d placed): create %s, to first bind %s, first to last %s; feeding %s",
+				m, sp.groups, r.groupsPlaced, sp.create, sp.first, sp.spread, r.feeding)
+		}
 	}
 	if b := results[berthMode][0].spread; b.multiPod == 0 || b.oneLeaf != b.multiPod {
 		t.Errorf("berth: %d of %d multi-pod groups inside one leaf, want all", b.oneLeaf, b.multiPod)
 	}
-	for _, want := range []string{"| | berth | default | berth/default |", "| groups placed before the first failure |", "| (1) multi-pod groups inside one leaf |"} {
+	for _, want := range []string{"| | berth | default | berth/default |", "| groups placed before the first failure |", "| (1) multi-pod groups inside one leaf |",
+		"| (4a) ms per group placed: creating its PodGroup and pods |", "| (4c) ms per group placed: first pod bound to the last |"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -17,6 +17,7 @@ import (
 // scheduler reported it unschedulable (PodScheduled=False, reason Unschedulable).
 type podState struct {
 	node          string
+	boundAt       time.Time // when the informer first saw it bound
 	unschedulable bool
 	message       string
 }
@@ -44,6 +45,12 @@ func startTracker(ctx context.Context, kube kubernetes.Interface, ns string) (*t
 			}
 		}
 		t.mu.Lock()
+		if st.node != "" {
+			st.boundAt = t.pods[p.Name].boundAt
+			if st.boundAt.IsZero() {
+				st.boundAt = time.Now()
+			}
+		}
 		t.pods[p.Name] = st
 		t.mu.Unlock()
 		t.signal()

@@ -50,7 +50,7 @@ func newRecorder() *recorder {
 		eppDecision: newCDFSet("picker", "requests", "quantile", "decision_ms"),
 		eppTTFT:     newCDFSet("picker", "requests", "quantile", "ttft_simulated_ms"),
 		cpu:         newCDFSet("run", "path", "proxy_cpu_us_per_request"),
-		scaledown: newCDFSet("run", "rule", "removed", "ttft_p50_simulated_ms", "ttft_p90_simulated_ms", "ttft_p99_simulated_ms",
+		scaledown: newCDFSet("run", "rule", "removed", "group_costs", "group_requests_before", "ttft_p50_simulated_ms", "ttft_p90_simulated_ms", "ttft_p99_simulated_ms",
 			"prefix_hit_rate_after", "requests", "errors"),
 	}
 }
@@ -301,7 +301,7 @@ func (r *recorder) scaledownRun(run int, rule string, o scaledownOutcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.scaledown.add(rule, []float64{o.p90})
-	r.scaledown.tab.Add(run, rule, o.victim, o.p50, o.p90, o.p99, o.hitRate, o.inWindow, o.errs)
+	r.scaledown.tab.Add(run, rule, o.victim, o.costs, o.served, o.p50, o.p90, o.p99, o.hitRate, o.inWindow, o.errs)
 }
 
 // writeScaledown writes scaledown-p90.svg (each run's TTFT p90 after the scale-down, per

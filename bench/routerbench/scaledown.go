@@ -53,6 +53,7 @@ type scaledownConfig struct {
 type scaledownOutcome struct {
 	victim         string
 	costs          string // every group's summed cost at the decision
+	served         string // every group's engine at the decision: requests so far, and in its batch
 	p50, p90, p99  float64
 	hitRate        float64 // engines' prefix-cache hits from the scale-down to the end
 	errs, inWindow int
@@ -102,8 +103,8 @@ func runScaledown(ctx context.Context, c *cluster, cfg scaledownConfig) (string,
 			if err != nil {
 				return "", err
 			}
-			progress("  run %d, %s: removed %s (costs %s); TTFT p50 %.0f p90 %.0f p99 %.0f ms over %d requests, hit rate %.0f%%, %d errors",
-				run, p.name, o.victim, o.costs, o.p50, o.p90, o.p99, o.inWindow, 100*o.hitRate, o.errs)
+			progress("  run %d, %s: removed %s (costs %s; requests so far %s); TTFT p50 %.0f p90 %.0f p99 %.0f ms over %d requests, hit rate %.0f%%, %d errors",
+				run, p.name, o.victim, o.costs, o.served, o.p50, o.p90, o.p99, o.inWindow, 100*o.hitRate, o.errs)
 			out[run][p.name] = o
 			cfg.rec.scaledownRun(run, p.name, o)
 			for _, t := range o.ttft {
@@ -220,10 +221,15 @@ func scaledownOnce(ctx context.Context, c *cluster, ecfg engine.Config, ips []st
 		}
 		if !removed && a.at >= at {
 			removed = true
-			for _, e := range engines {
+			// What each group's engine served until now, beside the cost its pod carries:
+			// a cost of 0 on an engine that serves is a publication behind the traffic.
+			var served []string
+			for gi, e := range engines {
 				st := e.Stats()
 				hitAt, queryAt = hitAt+st.PrefixHitTokens, queryAt+st.PrefixQueryTokens
+				served = append(served, fmt.Sprintf("%s %d (%d running)", workloadv1alpha1.ServingGroupName(scaledownServing, gi), st.Requests, st.Running))
 			}
+			o.served = strings.Join(served, ", ")
 			decided.Add(1)
 			go func() {
 				defer decided.Done()

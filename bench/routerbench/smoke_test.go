@@ -228,6 +228,11 @@ func TestScaledownSmoke(t *testing.T) {
 	if b, err := os.ReadFile(csvPath); err != nil || strings.Count(string(b), "\n") < 10 {
 		t.Errorf("the CSV holds too little (%v): %.200s", err, b)
 	}
+	for _, row := range rec.scaledown.tab.Rows {
+		if strings.Count(row[3], "sd-") != 4 || strings.Count(row[4], "sd-") != 4 {
+			t.Errorf("scaledown-runs.csv row %q: want every group's cost and requests before the decision", row)
+		}
+	}
 	checkFigures(t, rec, map[string][]string{"scaledown-p90.svg": {"highest ordinal", "lowest deletion cost"}},
 		map[string]int{"scaledown-runs.csv": 1 + len(scaledownPolicies)})
 }

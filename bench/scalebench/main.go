@@ -13,7 +13,8 @@
 //
 // Every component runs in a process of its own (this binary, re-executed), so its peak memory
 // (VmHWM) and CPU time are read from /proc; each reports its goroutines and heap every
-// second. The apiserver, etcd and the simulated kubelet run in the parent, fresh per mode.
+// second. Each mode runs in a process of its own too (modeproc.go), which holds the mode's
+// apiserver, etcd and simulated kubelet; the modes run one after the other.
 //
 //	go run ./bench/scalebench                      # the full size, both modes
 //	go run ./bench/scalebench -servings 100 -nodes 500 -churn 30s   # a quick look
@@ -64,7 +65,7 @@ type config struct {
 }
 
 func main() {
-	if runIfComponent() {
+	if runIfChild() {
 		return
 	}
 	var c config
@@ -82,9 +83,7 @@ func main() {
 	if *profiles != "" {
 		must(os.Setenv(profileEnv, *profiles))
 	}
-	klog.LogToStderr(false)
-	klog.SetOutput(io.Discard)
-	ctrllog.SetLogger(klog.Background())
+	quietLogs()
 
 	results, err := runAll(c)
 	must(err)
@@ -96,12 +95,19 @@ func main() {
 	}
 }
 
-// runAll runs every mode, one after the other, each on a fresh control plane.
+// quietLogs keeps klog's and controller-runtime's lines out of the output.
+func quietLogs() {
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	ctrllog.SetLogger(klog.Background())
+}
+
+// runAll runs every mode, one after the other, each in a process of its own.
 func runAll(c config) ([]result, error) {
 	var results []result
 	for _, mode := range c.modes {
 		fmt.Fprintf(c.log, "== %s\n", mode)
-		r, err := run(mode, c)
+		r, err := runMode(mode, c)
 		if err != nil {
 			return nil, err
 		}

@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// TestMain lets the test binary be a component process too: the benchmark re-executes its
-// own binary for each scheduler and controller.
+// TestMain lets the test binary be a mode or component process too: the benchmark
+// re-executes its own binary for each mode and, in it, for each scheduler and controller.
 func TestMain(m *testing.M) {
-	if runIfComponent() {
+	if runIfChild() {
 		return
 	}
 	os.Exit(m.Run())
