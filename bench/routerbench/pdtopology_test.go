@@ -15,7 +15,7 @@ import (
 // domains on two leaves, one node each holding a prefill and a decode engine. Both
 // pairings answer without errors, the table has both rows and the CSV every request; the
 // topology-aware router pairs (nearly) every prefill with the decode on its own node,
-// where the blind one crosses the spine about half the time.
+// where the blind one crosses the spine whenever the loads say so.
 func TestPDTopologySmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane, eight engines and two routers (about 20 s); runs in make test, which does not pass -short")
@@ -43,8 +43,11 @@ func TestPDTopologySmoke(t *testing.T) {
 		}
 		near[p.name], _ = strconv.ParseFloat(strings.TrimSuffix(row[4], "%"), 64)
 	}
-	if aware, blind := near["topology-aware"], near["blind (by load)"]; aware < 90 || blind > 80 {
-		t.Errorf("same-node pairs: topology-aware %.0f%%, blind %.0f%%; want at least 90%% and at most 80%%", aware, blind)
+	// (The blind pairing's share is not asserted beyond that: picking by load, it follows
+	// the engines' queues, which at this light load often leave both engines of one node
+	// the least loaded; CI once saw it pair 85% on one node.)
+	if aware, blind := near["topology-aware"], near["blind (by load)"]; aware < 90 || aware < blind {
+		t.Errorf("same-node pairs: topology-aware %.0f%%, blind %.0f%%; want at least 90%% and at least the blind pairing's", aware, blind)
 	}
 	f, err := os.Open(path)
 	if err != nil {
