@@ -238,10 +238,9 @@ func count(v float64) string {
 	return fmt.Sprintf("%.1f", v)
 }
 
-func percent(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
-func rate(v float64) string    { return fmt.Sprintf("%.1f", v) }
-func millis(v float64) string  { return fmt.Sprintf("%.1f", v) }
-func seconds(v float64) string { return fmt.Sprintf("%.0fs", v) }
+func percent(v float64) string    { return fmt.Sprintf("%.1f%%", 100*v) }
+func oneDecimal(v float64) string { return fmt.Sprintf("%.1f", v) } // rates and milliseconds
+func seconds(v float64) string    { return fmt.Sprintf("%.0fs", v) }
 
 // table renders the results side by side: per mode the mean over the runs (with the range
 // when there are several), and the ratio of berth's mean to default's when both ran.
@@ -277,13 +276,13 @@ func table(f *fabric, modes []mode, rs map[mode][]result) string {
 			value: func(r result) (float64, bool) { return float64(r.freeNodesAtFirst), true }},
 		{name: fmt.Sprintf("(2) GPUs allocated when the first %d-GPU group failed", f.gpusPerNode), format: percent,
 			value: func(r result) (float64, bool) { return float64(r.gpusAtBig) / total, r.bigFailure != nil }},
-		{name: "(4) pods bound per second while feeding", format: rate,
+		{name: "(4) pods bound per second while feeding", format: oneDecimal,
 			value: func(r result) (float64, bool) { return float64(r.podsPlaced) / r.feeding.Seconds(), r.feeding > 0 }},
-		{name: "(4a) ms per group placed: creating its PodGroup and pods", format: millis,
+		{name: "(4a) ms per group placed: creating its PodGroup and pods", format: oneDecimal,
 			value: func(r result) (float64, bool) { return r.spans.perGroup(r.spans.create) }},
-		{name: "(4b) ms per group placed: last pod created to the first seen bound", format: millis,
+		{name: "(4b) ms per group placed: last pod created to the first seen bound", format: oneDecimal,
 			value: func(r result) (float64, bool) { return r.spans.perGroup(r.spans.first) }},
-		{name: "(4c) ms per group placed: first pod bound to the last", format: millis,
+		{name: "(4c) ms per group placed: first pod bound to the last", format: oneDecimal,
 			value: func(r result) (float64, bool) { return r.spans.perGroup(r.spans.spread) }},
 		{name: "pods of the first failing group bound, then withdrawn", format: count,
 			value: func(r result) (float64, bool) { return float64(r.firstFailureBound), true }},
